@@ -1,0 +1,60 @@
+# Finds the library's required dependencies and the optional ones named by
+# the WEIGHTSYNC_WITH_* options. Each missing required package stops the
+# configure with the Debian package to install.
+find_package(Threads REQUIRED)
+
+find_package(fmt CONFIG QUIET)
+if(NOT fmt_FOUND)
+  message(FATAL_ERROR "fmt not found: apt-get install --no-install-recommends libfmt-dev")
+endif()
+
+find_package(OpenSSL QUIET COMPONENTS Crypto)
+if(NOT OpenSSL_FOUND)
+  message(FATAL_ERROR "OpenSSL not found: apt-get install --no-install-recommends libssl-dev")
+endif()
+
+find_path(XXHASH_INCLUDE_DIR xxhash.h)
+find_library(XXHASH_LIBRARY xxhash)
+if(NOT XXHASH_INCLUDE_DIR OR NOT XXHASH_LIBRARY)
+  message(FATAL_ERROR "xxHash not found: apt-get install --no-install-recommends libxxhash-dev")
+endif()
+add_library(weightsync_xxhash INTERFACE IMPORTED)
+target_include_directories(weightsync_xxhash INTERFACE "${XXHASH_INCLUDE_DIR}")
+target_link_libraries(weightsync_xxhash INTERFACE "${XXHASH_LIBRARY}")
+
+# Optional parts. Their code arrives with later issues; the options and the
+# dependency checks are in place so that turning one ON fails loudly today.
+set(_found OFF)
+if(NOT WEIGHTSYNC_WITH_UCX STREQUAL "OFF")
+  find_package(ucx CONFIG QUIET)
+  set(_found ${ucx_FOUND})
+endif()
+weightsync_resolve(WEIGHTSYNC_WITH_UCX "${_found}" "libucx-dev" "UCX")
+
+set(_found OFF)
+if(NOT WEIGHTSYNC_WITH_VERBS STREQUAL "OFF")
+  find_path(IBVERBS_INCLUDE_DIR infiniband/verbs.h)
+  find_library(IBVERBS_LIBRARY ibverbs)
+  if(IBVERBS_INCLUDE_DIR AND IBVERBS_LIBRARY)
+    set(_found ON)
+  endif()
+endif()
+weightsync_resolve(WEIGHTSYNC_WITH_VERBS "${_found}" "libibverbs-dev" "libibverbs")
+
+set(_found OFF)
+if(NOT WEIGHTSYNC_WITH_CUDA STREQUAL "OFF")
+  if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  set(_found ${CUDAToolkit_FOUND})
+endif()
+weightsync_resolve(WEIGHTSYNC_WITH_CUDA "${_found}" "nvidia-cuda-toolkit (or the CUDA Toolkit in /usr/local/cuda)" "the CUDA Toolkit")
+
+set(_found OFF)
+if(NOT WEIGHTSYNC_WITH_TORCH STREQUAL "OFF")
+  find_package(Torch QUIET)
+  set(_found ${Torch_FOUND})
+endif()
+weightsync_resolve(WEIGHTSYNC_WITH_TORCH "${_found}" "libtorch-dev libopenblas0-pthread" "libtorch")
+unset(_found)

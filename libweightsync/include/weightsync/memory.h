@@ -1,0 +1,54 @@
+// weightsync/memory.h: memory kinds and page-aligned host buffers.
+//
+// Contract
+// - MemoryKind travels with every slot and destination so that CUDA memory can
+//   be added without changing callers. Today only kHost is accepted; kCuda is
+//   rejected with kInvalidConfig ("built without CUDA support").
+// - HostBuffer owns page-aligned anonymous memory (mmap), zero-filled,
+//   optionally locked in RAM (mlock). It is move-only; the memory is unmapped
+//   when it is destroyed. Locking failure is an error, never silent.
+// - Thread safety: a HostBuffer is a plain owner; concurrent reads and writes
+//   of its bytes are the caller's business.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "weightsync/status.h"
+
+namespace weightsync {
+
+enum class MemoryKind : std::uint8_t {
+  kHost = 0,
+  kCuda = 1,
+};
+
+const char* to_string(MemoryKind kind) noexcept;
+
+class HostBuffer {
+ public:
+  // bytes > 0. lock: mlock the pages (needs RLIMIT_MEMLOCK headroom).
+  static Result<HostBuffer> allocate(std::size_t bytes, bool lock = false);
+
+  HostBuffer() = default;
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  void* data() noexcept { return data_; }
+  const void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  bool locked() const noexcept { return locked_; }
+
+ private:
+  void reset() noexcept;
+
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t mapped_ = 0;
+  bool locked_ = false;
+};
+
+}  // namespace weightsync

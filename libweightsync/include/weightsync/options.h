@@ -1,0 +1,83 @@
+// weightsync/options.h: configuration of publishers and subscribers.
+//
+// Contract
+// - Every setting is resolved as: explicit option (a set std::optional, or a
+//   non-default field documented as such) > WEIGHTSYNC_* environment variable >
+//   built-in default. The resolved values and where each came from are logged
+//   at info level when a Publisher or Subscriber starts.
+// - Environment variables (all optional):
+//     WEIGHTSYNC_SECRET              shared secret for peer authentication
+//     WEIGHTSYNC_BIND                publisher bind address (default 127.0.0.1)
+//     WEIGHTSYNC_TIMEOUT_MS          I/O timeout on a stalled peer (default 10000)
+//     WEIGHTSYNC_CONNECT_TIMEOUT_MS  connect + handshake timeout (default 5000)
+//     WEIGHTSYNC_TRANSPORT           data transport: auto | tcp (default auto)
+//     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
+//     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
+//   A malformed value is a kInvalidConfig error naming the variable.
+// - An empty secret means "no secret": the publisher then refuses to bind to a
+//   non-loopback address, and a subscriber with a secret refuses a publisher
+//   that cannot prove it knows the same secret.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "weightsync/memory.h"
+
+namespace weightsync {
+
+// What publish() does when every slot other than the newest is leased.
+enum class FullRingPolicy : std::uint8_t {
+  // Take back the slot holding the oldest version: readers of it get
+  // kVersionRevoked (and, with Subscriber's automatic retry, pull the newest
+  // version instead). The default: the trainer never waits and always lands.
+  kRevokeOldest = 0,
+  // Do not publish this version: publish() returns kBusy and the ring is
+  // untouched. Readers are never disturbed.
+  kSkip = 1,
+};
+
+struct PublisherOptions {
+  // Address to listen on. nullopt: WEIGHTSYNC_BIND, else "127.0.0.1".
+  // Without a secret only loopback addresses are accepted.
+  std::optional<std::string> bind_address;
+  // TCP port; 0 picks a free one (see Publisher::address()).
+  std::uint16_t port = 0;
+  // nullopt: WEIGHTSYNC_SECRET, else none. "" means none.
+  std::optional<std::string> secret;
+  // Ring size, >= 2. Three lets a reader finish a version while the trainer
+  // writes the next without revocations.
+  std::size_t slots = 3;
+  FullRingPolicy full_ring_policy = FullRingPolicy::kRevokeOldest;
+  // Compute an xxHash3-64 of each version so subscribers can verify it.
+  // nullopt: WEIGHTSYNC_CHECKSUM, else false.
+  std::optional<bool> checksum;
+  MemoryKind slot_memory = MemoryKind::kHost;
+  // mlock the slots (pinned pages); fails loudly if RLIMIT_MEMLOCK is too low.
+  bool lock_memory = false;
+  // Send/receive stall limit per peer. nullopt: WEIGHTSYNC_TIMEOUT_MS, else 10000.
+  std::optional<int> io_timeout_ms;
+  // Most subscriber connections served at once (control + data count as one each).
+  std::size_t max_connections = 256;
+};
+
+struct SubscriberOptions {
+  // nullopt: WEIGHTSYNC_SECRET, else none. "" means none.
+  std::optional<std::string> secret;
+  // nullopt: WEIGHTSYNC_CONNECT_TIMEOUT_MS, else 5000.
+  std::optional<int> connect_timeout_ms;
+  // nullopt: WEIGHTSYNC_TIMEOUT_MS, else 10000.
+  std::optional<int> io_timeout_ms;
+  // "auto" or a transport name ("tcp"). nullopt: WEIGHTSYNC_TRANSPORT, else "auto".
+  std::optional<std::string> transport;
+  // Verify the publisher's checksum when it provides one.
+  bool verify_checksum = true;
+  // Pulls retried automatically after kVersionRevoked or kChecksumMismatch.
+  int max_retries = 16;
+  // Shown in the publisher's logs.
+  std::string client_name = "subscriber";
+};
+
+}  // namespace weightsync

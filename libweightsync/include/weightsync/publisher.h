@@ -1,0 +1,131 @@
+// weightsync/publisher.h: the trainer's side: a versioned ring of weight slots.
+//
+// Contract
+// - A Publisher owns `slots` contiguous regions of layout.total_bytes() each,
+//   allocated (and registered with every data transport) once, in create().
+// - publish() / begin_publish() take a version strictly greater than every
+//   version published before; they copy (or let the caller write) into a slot
+//   that holds neither the newest version nor a reader's lease, then commit the
+//   version atomically (seqlock stamp; see docs/consistency.md).
+// - Publishing never waits for readers. When every slot but the newest is
+//   leased, options.full_ring_policy decides: revoke the oldest (its readers
+//   get kVersionRevoked) or skip (publish returns kBusy).
+// - Threads: publish(), begin_publish() and SlotWriter must be used from one
+//   thread at a time (the trainer's). Every other method may be called from any
+//   thread. Serving subscribers happens on the Publisher's own threads; see
+//   docs/thread_model.md. The destructor stops serving (open connections are
+//   closed, in-flight pulls fail with kConnectionLost) and joins its threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weightsync/layout.h"
+#include "weightsync/options.h"
+#include "weightsync/status.h"
+
+namespace weightsync {
+
+// The bytes of one tensor, supplied by the caller to publish().
+struct TensorSource {
+  std::string name;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+struct PublishResult {
+  std::uint64_t version = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t revoked_leases = 0;  // leases taken back to make room
+  double copy_seconds = 0.0;         // time spent copying into the slot
+};
+
+struct PublisherStats {
+  std::uint64_t versions_published = 0;
+  std::uint64_t versions_skipped = 0;     // kSkip policy with a full ring
+  std::uint64_t leases_revoked = 0;
+  std::uint64_t leases_active = 0;
+  std::uint64_t leases_granted = 0;
+  std::uint64_t connections_active = 0;
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t auth_failures = 0;
+  std::uint64_t protocol_errors = 0;      // connections closed for bad input
+  std::uint64_t bytes_served = 0;
+};
+
+class Publisher;
+
+// In-place write of one version into a slot (no staging copy on the trainer
+// side). Obtained from Publisher::begin_publish(). Destroying it without
+// commit() abandons the version; the slot returns to the free pool.
+// Must not outlive its Publisher.
+class SlotWriter {
+ public:
+  SlotWriter(SlotWriter&& other) noexcept;
+  SlotWriter& operator=(SlotWriter&& other) noexcept;
+  SlotWriter(const SlotWriter&) = delete;
+  SlotWriter& operator=(const SlotWriter&) = delete;
+  ~SlotWriter();
+
+  std::uint64_t version() const noexcept { return version_; }
+  // The whole slot: layout().total_bytes() writable bytes.
+  void* data() noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  // Pointer to a tensor inside the slot; kInvalidArgument for an unknown name.
+  Result<void*> tensor(const std::string& name);
+  // Publishes the version. After commit() (successful or not) the writer is spent.
+  Result<PublishResult> commit();
+
+ private:
+  friend class Publisher;
+  SlotWriter(Publisher* owner, std::uint64_t version, std::uint32_t slot, void* data,
+             std::size_t size, std::uint32_t revoked);
+  void abandon() noexcept;
+
+  Publisher* owner_ = nullptr;
+  std::uint64_t version_ = 0;
+  std::uint32_t slot_ = 0;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint32_t revoked_ = 0;
+};
+
+class Publisher {
+ public:
+  static Result<std::unique_ptr<Publisher>> create(WeightLayout layout,
+                                                   PublisherOptions options = {});
+  ~Publisher();
+  Publisher(const Publisher&) = delete;
+  Publisher& operator=(const Publisher&) = delete;
+
+  const WeightLayout& layout() const noexcept;
+  // "host:port" that subscribers pass to Subscriber::connect().
+  std::string address() const;
+  std::uint16_t port() const noexcept;
+  std::size_t slot_count() const noexcept;
+
+  // Copies each named tensor into a free slot and commits `version`. Every
+  // tensor of the layout must be given exactly once with its exact size.
+  Result<PublishResult> publish(std::uint64_t version, const std::vector<TensorSource>& tensors);
+  // Copies one contiguous image of the region (layout().total_bytes() bytes,
+  // packed as the layout says) and commits `version`.
+  Result<PublishResult> publish(std::uint64_t version, const void* data, std::size_t bytes);
+  // Reserves a free slot for in-place writing of `version`.
+  Result<SlotWriter> begin_publish(std::uint64_t version);
+
+  // 0 before the first commit.
+  std::uint64_t latest_version() const noexcept;
+  PublisherStats stats() const;
+
+  class Impl;
+
+ private:
+  friend class SlotWriter;
+  explicit Publisher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightsync

@@ -1,0 +1,122 @@
+// weightsync/subscriber.h: the generator's side: pull the newest version.
+//
+// Contract
+// - connect() opens an authenticated control connection to a Publisher,
+//   learns its layout and slot table, and opens the data transport chosen by
+//   negotiation (today: tcp). It fails with a clear error within the connect
+//   timeout if the publisher is unreachable, does not authenticate, or speaks
+//   another protocol version.
+// - pull() delivers the newest committed version newer than
+//   PullOptions::newer_than (default: held_version()) into the destination,
+//   bit-exact, or fails. On failure the destination's bytes are undefined; it
+//   never returns success with bytes from two versions (docs/consistency.md).
+//   kVersionRevoked and kChecksumMismatch are retried automatically up to
+//   SubscriberOptions::max_retries times; PullResult::retries counts them.
+// - The first connection-level error (kConnectionLost, kProtocolError,
+//   kTimeout during a transfer, kAuthFailed) is sticky: every later call
+//   returns it. Create a new Subscriber to reconnect.
+// - Threads: a Subscriber has no threads of its own; every call runs on the
+//   caller's thread and blocks at most for its timeout. Use one Subscriber from
+//   one thread at a time. The progress callback runs on the caller's thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weightsync/layout.h"
+#include "weightsync/memory.h"
+#include "weightsync/options.h"
+#include "weightsync/status.h"
+
+namespace weightsync {
+
+struct ScatterEntry {
+  std::string name;  // tensor name in the layout
+  void* data = nullptr;
+  std::size_t bytes = 0;  // must equal the tensor's bytes
+};
+
+// Where a pull lands: one region laid out like the publisher's slots, or one
+// pointer per tensor (every tensor of the layout exactly once), e.g. straight
+// into a model's parameters.
+class Destination {
+ public:
+  static Destination contiguous(void* data, std::size_t bytes, MemoryKind kind = MemoryKind::kHost);
+  static Destination scatter(std::vector<ScatterEntry> entries, MemoryKind kind = MemoryKind::kHost);
+
+  bool is_contiguous() const noexcept { return contiguous_; }
+  MemoryKind memory_kind() const noexcept { return kind_; }
+  void* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  const std::vector<ScatterEntry>& entries() const noexcept { return entries_; }
+
+ private:
+  Destination() = default;
+  bool contiguous_ = true;
+  MemoryKind kind_ = MemoryKind::kHost;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::vector<ScatterEntry> entries_;
+};
+
+struct PullOptions {
+  // Deliver only a version newer than this. nullopt: held_version().
+  std::optional<std::uint64_t> newer_than;
+  // How long to wait for such a version to be published; 0: do not wait
+  // (kNotReady if there is none now).
+  std::chrono::milliseconds wait{0};
+  // Called on the caller's thread as bytes arrive: (bytes so far, total).
+  std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+};
+
+struct PullResult {
+  std::uint64_t version = 0;
+  std::uint64_t bytes = 0;         // payload bytes delivered
+  std::uint32_t retries = 0;       // revoked or corrupt attempts retried
+  double seconds = 0.0;            // wall time of the whole pull, retries included
+  bool checksum_verified = false;  // the publisher's xxHash3 matched
+};
+
+class Subscriber {
+ public:
+  // address: "host:port" as given by Publisher::address().
+  static Result<std::unique_ptr<Subscriber>> connect(const std::string& address,
+                                                     SubscriberOptions options = {});
+  ~Subscriber();
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  const WeightLayout& layout() const noexcept;
+  std::size_t slot_count() const noexcept;
+  // The negotiated data transport ("tcp").
+  std::string transport() const;
+  // Whether the publisher computes checksums.
+  bool publisher_checksums() const noexcept;
+
+  // Newest committed version on the publisher; 0 if none yet.
+  Result<std::uint64_t> latest_version();
+  // Waits until a version newer than `newer_than` is committed; returns it,
+  // or kTimeout.
+  Result<std::uint64_t> wait_for_version(std::uint64_t newer_than,
+                                         std::chrono::milliseconds timeout);
+  Result<PullResult> pull(const Destination& destination, const PullOptions& options = {});
+
+  // The version last delivered by pull(); 0 before the first.
+  std::uint64_t held_version() const noexcept;
+  // OK, or the sticky connection error.
+  Status status() const;
+
+  class Impl;
+
+ private:
+  explicit Subscriber(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightsync

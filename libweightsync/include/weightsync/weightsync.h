@@ -1,0 +1,16 @@
+// weightsync/weightsync.h: the umbrella header of libweightsync.
+//
+// libweightsync moves model weights from a trainer (Publisher) to generators
+// (Subscriber): a versioned ring of pre-allocated slots on the trainer, pulled
+// by the generators straight into their own memory, never torn, always
+// authenticated. Start with docs/ in the source tree, or README.md.
+#pragma once
+
+#include "weightsync/layout.h"
+#include "weightsync/log.h"
+#include "weightsync/memory.h"
+#include "weightsync/options.h"
+#include "weightsync/publisher.h"
+#include "weightsync/status.h"
+#include "weightsync/subscriber.h"
+#include "weightsync/version.h"

@@ -1,0 +1,38 @@
+// OpenSSL-backed primitives for the handshake.
+#include "auth/crypto.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+namespace weightsync::detail {
+
+Status random_bytes(void* out, std::size_t n) {
+  if (RAND_bytes(static_cast<unsigned char*>(out), static_cast<int>(n)) != 1) {
+    return Status(ErrorCode::kInternal, "OpenSSL RAND_bytes failed (no entropy source?)");
+  }
+  return Status();
+}
+
+Result<std::uint64_t> random_id() {
+  std::uint64_t id = 0;
+  while (id == 0) {
+    Status s = random_bytes(&id, sizeof(id));
+    if (!s.ok()) return s;
+  }
+  return id;
+}
+
+Mac hmac_sha256(const std::string& key, const std::vector<std::uint8_t>& message) {
+  Mac out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message.data(), message.size(), out.data(), &len);
+  return out;
+}
+
+bool constant_time_equal(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace weightsync::detail

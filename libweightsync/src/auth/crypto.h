@@ -1,0 +1,20 @@
+// Thin wrappers over OpenSSL: random bytes, HMAC-SHA256, constant-time compare.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weightsync/status.h"
+#include "wire/messages.h"
+
+namespace weightsync::detail {
+
+Status random_bytes(void* out, std::size_t n);
+// A random, non-zero 64-bit identifier (session and lease ids are not guessable).
+Result<std::uint64_t> random_id();
+Mac hmac_sha256(const std::string& key, const std::vector<std::uint8_t>& message);
+bool constant_time_equal(const Mac& a, const Mac& b);
+
+}  // namespace weightsync::detail

@@ -1,0 +1,97 @@
+// The control-plane request loop of one subscriber session.
+#include <algorithm>
+
+#include "publisher/connection_handlers.h"
+#include "wire/frame_io.h"
+
+namespace weightsync::detail {
+namespace {
+
+constexpr const char* kPeer = "subscriber";
+constexpr std::uint32_t kMaxWaitMs = 10 * 60 * 1000;
+
+Deadline io_deadline(const HandlerContext& ctx) {
+  return Deadline::after(std::chrono::milliseconds(ctx.io_timeout_ms));
+}
+
+Status reply(const HandlerContext& ctx, MsgType type, const std::vector<std::uint8_t>& payload) {
+  return write_frame(*ctx.socket, type, payload, io_deadline(ctx), kPeer);
+}
+
+}  // namespace
+
+Status reply_error(const HandlerContext& ctx, ErrorCode code, const std::string& message) {
+  (void)write_frame(*ctx.socket, MsgType::kError, ErrorMsg{code, message}.encode(), io_deadline(ctx), kPeer);
+  return Status(code, message);
+}
+
+Status serve_control(const HandlerContext& ctx) {
+  SlotRing& ring = *ctx.state->ring;
+  while (!ctx.stopping->load()) {
+    auto frame = read_frame(*ctx.socket, kMaxRequestPayload, Deadline::never(), io_deadline(ctx), kPeer);
+    if (!frame.ok()) {
+      if (frame.status().code() == ErrorCode::kProtocolError) {
+        return reply_error(ctx, ErrorCode::kProtocolError, frame.status().message());
+      }
+      return frame.status();
+    }
+    Status sent;
+    switch (frame->type) {
+      case MsgType::kGetLayout: {
+        if (!frame->payload.empty()) return reply_error(ctx, ErrorCode::kProtocolError, "GET_LAYOUT has a payload");
+        sent = reply(ctx, MsgType::kLayout, LayoutMsg{ctx.state->layout->serialize()}.encode());
+        break;
+      }
+      case MsgType::kGetSlotTable: {
+        if (!frame->payload.empty()) return reply_error(ctx, ErrorCode::kProtocolError, "GET_SLOT_TABLE has a payload");
+        SlotTableMsg table;
+        table.slot_count = static_cast<std::uint32_t>(ring.slot_count());
+        table.slot_bytes = ring.slot_bytes();
+        table.checksums = ctx.state->checksums;
+        table.transports.push_back(TransportOffer{"tcp", {}});
+        sent = reply(ctx, MsgType::kSlotTable, table.encode());
+        break;
+      }
+      case MsgType::kQueryVersion: {
+        auto query = QueryVersionMsg::decode(frame->payload);
+        if (!query.ok()) return reply_error(ctx, ErrorCode::kProtocolError, query.status().message());
+        std::uint64_t latest = ring.latest_version();
+        if (query->wait_ms > 0 && latest <= query->newer_than) {
+          auto wait = std::chrono::milliseconds(std::min(query->wait_ms, kMaxWaitMs));
+          latest = ring.wait_newer(query->newer_than, Deadline::after(wait));
+        }
+        sent = reply(ctx, MsgType::kVersion, VersionMsg{latest}.encode());
+        break;
+      }
+      case MsgType::kAcquire: {
+        auto acquire = AcquireMsg::decode(frame->payload);
+        if (!acquire.ok()) return reply_error(ctx, ErrorCode::kProtocolError, acquire.status().message());
+        auto grant = ring.acquire(ctx.session, acquire->newer_than);
+        if (!grant.ok()) {
+          // A refused lease (nothing newer yet, too many leases) is an answer,
+          // not a broken connection.
+          sent = reply(ctx, MsgType::kError, ErrorMsg{grant.status().code(), grant.status().message()}.encode());
+          break;
+        }
+        LeaseMsg lease{grant->lease_id, grant->version, grant->slot, grant->stamp, grant->has_checksum, grant->checksum};
+        sent = reply(ctx, MsgType::kLease, lease.encode());
+        break;
+      }
+      case MsgType::kRelease: {
+        auto release = ReleaseMsg::decode(frame->payload);
+        if (!release.ok()) return reply_error(ctx, ErrorCode::kProtocolError, release.status().message());
+        ring.release(ctx.session, release->lease_id);  // no reply by design
+        break;
+      }
+      case MsgType::kBye:
+        return Status();
+      default:
+        return reply_error(ctx, ErrorCode::kProtocolError,
+                           std::string("unexpected ") + to_string(frame->type) + " on a control connection");
+    }
+    if (!sent.ok()) return sent;
+  }
+  return Status();
+}
+
+}  // namespace weightsync::detail

@@ -1,0 +1,264 @@
+// Publisher: resolves options, owns the SlotRing and the PublisherServer, and
+// implements the publish paths (copy, contiguous copy, in-place SlotWriter).
+#include "weightsync/publisher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "common/checksum.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "net/socket.h"
+#include "publisher/server.h"
+#include "ring/slot_ring.h"
+
+namespace weightsync {
+
+using detail::SettingSource;
+
+class Publisher::Impl {
+ public:
+  explicit Impl(WeightLayout l) : layout(std::move(l)) {}
+
+  WeightLayout layout;
+  std::string bind_host;
+  std::uint16_t port = 0;
+  bool checksums = false;
+  std::unique_ptr<detail::SlotRing> ring;
+  std::unique_ptr<detail::PublisherServer> server;
+  bool writer_open = false;
+
+  // Hash of the tensors in layout order (padding excluded).
+  std::uint64_t checksum_of_slot(std::uint32_t slot) const {
+    detail::StreamHasher hasher;
+    const auto* base = static_cast<const char*>(ring->slot_data(slot));
+    for (const auto& t : layout.tensors()) hasher.update(base + t.offset, t.bytes);
+    return hasher.digest();
+  }
+
+  Result<PublishResult> finish(const detail::Reservation& r, std::uint64_t version,
+                               std::chrono::steady_clock::time_point start,
+                               std::optional<std::uint64_t> checksum) {
+    if (checksums && !checksum) checksum = checksum_of_slot(r.slot);
+    ring->commit(r.slot, version, checksum);
+    writer_open = false;
+    PublishResult out;
+    out.version = version;
+    out.slot = r.slot;
+    out.revoked_leases = r.revoked;
+    out.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
+
+  Result<detail::Reservation> reserve(std::uint64_t version) {
+    if (writer_open) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "a SlotWriter is still open; commit or destroy it before publishing again");
+    }
+    auto r = ring->reserve(version);
+    if (r.ok()) writer_open = true;
+    return r;
+  }
+};
+
+Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Publisher::~Publisher() {
+  if (impl_ && impl_->server) impl_->server->stop();
+}
+
+Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, PublisherOptions options) try {
+  if (options.slot_memory != MemoryKind::kHost) {
+    return Status(ErrorCode::kInvalidConfig, std::string("slot memory kind '") + to_string(options.slot_memory) +
+                                                 "' is not supported by this build (host memory only)");
+  }
+  auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
+  auto bind = detail::resolve_string(options.bind_address, "WEIGHTSYNC_BIND", "127.0.0.1");
+  auto timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
+  auto checksum = detail::resolve_bool(options.checksum, "WEIGHTSYNC_CHECKSUM", false);
+  for (const Status* s : {&secret.status(), &bind.status(), &timeout.status(), &checksum.status()}) {
+    if (!s->ok()) return *s;
+  }
+  if (secret->value.empty() && !detail::is_loopback_host(bind->value)) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "refusing to listen on non-loopback address '" + bind->value +
+                      "' without a secret: anyone on the network could read the weights. Set "
+                      "WEIGHTSYNC_SECRET (or PublisherOptions::secret) on the publisher and every subscriber");
+  }
+
+  auto impl = std::make_unique<Impl>(std::move(layout));
+  impl->checksums = checksum->value;
+  auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.lock_memory,
+                                       options.full_ring_policy);
+  if (!ring.ok()) return ring.status();
+  impl->ring = std::move(*ring);
+
+  auto listener = detail::listen_tcp(bind->value, options.port);
+  if (!listener.ok()) return listener.status();
+  auto port = detail::local_port(*listener);
+  if (!port.ok()) return port.status();
+  impl->bind_host = bind->value;
+  impl->port = *port;
+
+  detail::ServerConfig config{secret->value, timeout->value, options.max_connections};
+  detail::ServedState state{&impl->layout, impl->ring.get(), impl->checksums};
+  auto server = detail::PublisherServer::start(std::move(*listener), std::move(config), state);
+  if (!server.ok()) return server.status();
+  impl->server = std::move(*server);
+
+  if (secret->value.empty()) {
+    WS_INFO("publisher: no secret configured; listening on loopback {} only", impl->bind_host);
+  }
+  WS_INFO("publisher: {}:{} (bind from {}), {} slots x {} bytes, checksums {} (from {}), io timeout {} ms (from {}), "
+          "auth {} (from {})",
+          impl->bind_host, impl->port, detail::to_string(bind->source), options.slots,
+          impl->layout.total_bytes(), impl->checksums ? "on" : "off", detail::to_string(checksum->source),
+          timeout->value, detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
+          detail::to_string(secret->source));
+  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::create: ") + e.what());
+}
+
+const WeightLayout& Publisher::layout() const noexcept { return impl_->layout; }
+
+std::string Publisher::address() const { return detail::HostPort{impl_->bind_host, impl_->port}.to_string(); }
+
+std::uint16_t Publisher::port() const noexcept { return impl_->port; }
+
+std::size_t Publisher::slot_count() const noexcept { return impl_->ring->slot_count(); }
+
+std::uint64_t Publisher::latest_version() const noexcept { return impl_->ring->latest_version(); }
+
+Result<PublishResult> Publisher::publish(std::uint64_t version, const std::vector<TensorSource>& tensors) try {
+  const auto start = std::chrono::steady_clock::now();
+  const WeightLayout& layout = impl_->layout;
+  if (tensors.size() != layout.tensors().size()) {
+    return Status(ErrorCode::kInvalidArgument, "publish() got " + std::to_string(tensors.size()) +
+                                                   " tensors; the layout has " +
+                                                   std::to_string(layout.tensors().size()));
+  }
+  // Validate everything before touching a slot.
+  std::vector<const TensorSource*> by_index(layout.tensors().size(), nullptr);
+  for (const auto& t : tensors) {
+    const TensorEntry* entry = layout.find(t.name);
+    if (entry == nullptr) return Status(ErrorCode::kInvalidArgument, "publish(): unknown tensor '" + t.name + "'");
+    const std::size_t index = static_cast<std::size_t>(entry - layout.tensors().data());
+    if (by_index[index] != nullptr) return Status(ErrorCode::kInvalidArgument, "publish(): tensor '" + t.name + "' given twice");
+    if (t.bytes != entry->bytes || t.data == nullptr) {
+      return Status(ErrorCode::kInvalidArgument, "publish(): tensor '" + t.name + "' has " + std::to_string(t.bytes) +
+                                                     " bytes; the layout says " + std::to_string(entry->bytes));
+    }
+    by_index[index] = &t;
+  }
+  auto r = impl_->reserve(version);
+  if (!r.ok()) return r.status();
+  auto* base = static_cast<char*>(r->data);
+  std::optional<detail::StreamHasher> hasher;
+  if (impl_->checksums) hasher.emplace();
+  // Copy in 1 MiB chunks and hash each chunk while it is still in cache.
+  constexpr std::size_t kChunk = 1u << 20;
+  for (std::size_t i = 0; i < by_index.size(); ++i) {
+    const TensorEntry& entry = layout.tensors()[i];
+    const auto* src = static_cast<const char*>(by_index[i]->data);
+    for (std::uint64_t done = 0; done < entry.bytes; done += kChunk) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, entry.bytes - done));
+      std::memcpy(base + entry.offset + done, src + done, n);
+      if (hasher) hasher->update(base + entry.offset + done, n);
+    }
+  }
+  return impl_->finish(*r, version, start, hasher ? std::optional<std::uint64_t>(hasher->digest()) : std::nullopt);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::publish: ") + e.what());
+}
+
+Result<PublishResult> Publisher::publish(std::uint64_t version, const void* data, std::size_t bytes) try {
+  const auto start = std::chrono::steady_clock::now();
+  if (data == nullptr || bytes != impl_->layout.total_bytes()) {
+    return Status(ErrorCode::kInvalidArgument, "publish(): contiguous image has " + std::to_string(bytes) +
+                                                   " bytes; the layout's region is " +
+                                                   std::to_string(impl_->layout.total_bytes()));
+  }
+  auto r = impl_->reserve(version);
+  if (!r.ok()) return r.status();
+  std::memcpy(r->data, data, bytes);
+  return impl_->finish(*r, version, start, std::nullopt);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::publish: ") + e.what());
+}
+
+Result<SlotWriter> Publisher::begin_publish(std::uint64_t version) {
+  auto r = impl_->reserve(version);
+  if (!r.ok()) return r.status();
+  return SlotWriter(this, version, r->slot, r->data, impl_->layout.total_bytes(), r->revoked);
+}
+
+PublisherStats Publisher::stats() const {
+  PublisherStats stats;
+  impl_->ring->fill_stats(&stats);
+  const auto& c = impl_->server->counters();
+  stats.connections_active = c.connections_active.load();
+  stats.connections_accepted = c.connections_accepted.load();
+  stats.auth_failures = c.auth_failures.load();
+  stats.protocol_errors = c.protocol_errors.load();
+  stats.bytes_served = c.bytes_served.load();
+  return stats;
+}
+
+// ---- SlotWriter ----
+
+SlotWriter::SlotWriter(Publisher* owner, std::uint64_t version, std::uint32_t slot, void* data,
+                       std::size_t size, std::uint32_t revoked)
+    : owner_(owner), version_(version), slot_(slot), data_(data), size_(size), revoked_(revoked) {}
+
+SlotWriter::SlotWriter(SlotWriter&& other) noexcept
+    : owner_(other.owner_), version_(other.version_), slot_(other.slot_), data_(other.data_),
+      size_(other.size_), revoked_(other.revoked_) {
+  other.owner_ = nullptr;
+}
+
+SlotWriter& SlotWriter::operator=(SlotWriter&& other) noexcept {
+  if (this != &other) {
+    abandon();
+    owner_ = other.owner_;
+    version_ = other.version_;
+    slot_ = other.slot_;
+    data_ = other.data_;
+    size_ = other.size_;
+    revoked_ = other.revoked_;
+    other.owner_ = nullptr;
+  }
+  return *this;
+}
+
+SlotWriter::~SlotWriter() { abandon(); }
+
+void SlotWriter::abandon() noexcept {
+  if (owner_ == nullptr) return;
+  owner_->impl_->ring->abandon(slot_);
+  owner_->impl_->writer_open = false;
+  owner_ = nullptr;
+}
+
+Result<void*> SlotWriter::tensor(const std::string& name) {
+  if (owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
+  const TensorEntry* entry = owner_->impl_->layout.find(name);
+  if (entry == nullptr) return Status(ErrorCode::kInvalidArgument, "unknown tensor '" + name + "'");
+  return static_cast<void*>(static_cast<char*>(data_) + entry->offset);
+}
+
+Result<PublishResult> SlotWriter::commit() {
+  if (owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
+  Publisher* owner = owner_;
+  owner_ = nullptr;
+  detail::Reservation r{slot_, revoked_, data_};
+  try {
+    return owner->impl_->finish(r, version_, std::chrono::steady_clock::now(), std::nullopt);
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, std::string("SlotWriter::commit: ") + e.what());
+  }
+}
+
+}  // namespace weightsync

@@ -1,0 +1,211 @@
+// SlotRing: slot choice, seqlock stamps and leases.
+#include "ring/slot_ring.h"
+
+#include <new>
+#include <string>
+
+#include "auth/crypto.h"
+#include "common/log.h"
+
+namespace weightsync::detail {
+
+Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_t slot_bytes,
+                                                   bool lock_memory, FullRingPolicy policy) {
+  if (slots < 2 || slots > 1024) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "a publisher needs between 2 and 1024 slots, not " + std::to_string(slots));
+  }
+  std::unique_ptr<SlotRing> ring(new SlotRing());
+  ring->slot_bytes_ = slot_bytes;
+  ring->policy_ = policy;
+  auto page = HostBuffer::allocate(slots * sizeof(std::atomic<std::uint64_t>), lock_memory);
+  if (!page.ok()) return page.status();
+  ring->stamp_page_ = std::move(*page);
+  ring->stamps_ = static_cast<std::atomic<std::uint64_t>*>(ring->stamp_page_.data());
+  for (std::size_t i = 0; i < slots; ++i) new (&ring->stamps_[i]) std::atomic<std::uint64_t>(0);
+  ring->slots_.resize(slots);
+  for (auto& slot : ring->slots_) {
+    auto buffer = HostBuffer::allocate(slot_bytes, lock_memory);
+    if (!buffer.ok()) return buffer.status();
+    slot.buffer = std::move(*buffer);
+  }
+  return ring;
+}
+
+Result<Reservation> SlotRing::reserve(std::uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (version == 0 || version <= latest_version_ || version > (UINT64_MAX >> 1)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "version " + std::to_string(version) + " is not greater than the latest published version " +
+                      std::to_string(latest_version_) + " (versions must strictly increase)");
+  }
+  // Candidates: every slot but the newest and any being written. Prefer a slot
+  // nobody reads, oldest version first; else apply the full-ring policy.
+  int free_slot = -1, oldest = -1;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (static_cast<int>(i) == newest_ || s.writing) continue;
+    if (oldest < 0 || s.version < slots_[oldest].version) oldest = static_cast<int>(i);
+    if (s.leases == 0 && (free_slot < 0 || s.version < slots_[free_slot].version)) {
+      free_slot = static_cast<int>(i);
+    }
+  }
+  if (oldest < 0) return Status(ErrorCode::kInternal, "no slot can be written (a write is already open?)");
+  std::uint32_t revoked = 0;
+  int chosen = free_slot;
+  if (chosen < 0) {
+    if (policy_ == FullRingPolicy::kSkip) {
+      ++skipped_;
+      return Status(ErrorCode::kBusy, "every slot is being read; version " + std::to_string(version) +
+                                          " was skipped (FullRingPolicy::kSkip); publish the next one");
+    }
+    chosen = oldest;
+    for (auto& [id, lease] : leases_) {
+      if (lease.slot == static_cast<std::uint32_t>(chosen) && !lease.revoked) {
+        lease.revoked = true;
+        ++revoked;
+      }
+    }
+    slots_[chosen].leases = 0;
+    revoked_ += revoked;
+    WS_DEBUG("revoked {} lease(s) on slot {} (version {}) to publish version {}", revoked, chosen,
+             slots_[chosen].version, version);
+  }
+  Slot& slot = slots_[chosen];
+  slot.writing = true;
+  slot.version = 0;
+  slot.has_checksum = false;
+  // Seqlock write side: odd stamp, then a release fence before any byte changes.
+  stamp(chosen).store((version << 1) | 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  return Reservation{static_cast<std::uint32_t>(chosen), revoked, slot.buffer.data()};
+}
+
+void SlotRing::commit(std::uint32_t slot_index, std::uint64_t version,
+                      std::optional<std::uint64_t> checksum) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& slot = slots_[slot_index];
+    slot.writing = false;
+    slot.version = version;
+    slot.has_checksum = checksum.has_value();
+    slot.checksum = checksum.value_or(0);
+    stamp(slot_index).store(version << 1, std::memory_order_release);
+    newest_ = static_cast<int>(slot_index);
+    latest_version_ = version;
+    ++published_;
+  }
+  committed_cv_.notify_all();
+}
+
+void SlotRing::abandon(std::uint32_t slot_index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot& slot = slots_[slot_index];
+  slot.writing = false;
+  slot.version = 0;
+  stamp(slot_index).store(0, std::memory_order_release);
+}
+
+std::uint64_t SlotRing::latest_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_version_;
+}
+
+Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_than) {
+  auto id = random_id();
+  if (!id.ok()) return id.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (newest_ < 0 || latest_version_ <= newer_than) {
+    return Status(ErrorCode::kNotReady, "no version newer than " + std::to_string(newer_than) +
+                                            " is published yet (latest: " + std::to_string(latest_version_) + ")");
+  }
+  std::size_t held = 0;
+  for (const auto& [lease_id, lease] : leases_) held += lease.session == session ? 1 : 0;
+  if (held >= kMaxLeasesPerSession) {
+    return Status(ErrorCode::kInvalidArgument, "this subscriber already holds " + std::to_string(held) +
+                                                   " leases; release one before acquiring another");
+  }
+  Slot& slot = slots_[newest_];
+  LeaseGrant grant{*id, slot.version, static_cast<std::uint32_t>(newest_), slot.version << 1,
+                   slot.has_checksum, slot.checksum};
+  leases_.emplace(grant.lease_id, Lease{session, grant.slot, grant.stamp, grant.version, false});
+  ++slot.leases;
+  ++granted_;
+  return grant;
+}
+
+Result<LeaseGrant> SlotRing::check_lease(std::uint64_t session, std::uint64_t lease_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.session != session) {
+    return Status(ErrorCode::kInvalidArgument, "unknown lease");
+  }
+  const Lease& lease = it->second;
+  if (lease.revoked) {
+    return Status(ErrorCode::kVersionRevoked, "the publisher took slot " + std::to_string(lease.slot) +
+                                                  " back for a newer version; pull again");
+  }
+  const Slot& slot = slots_[lease.slot];
+  return LeaseGrant{lease_id, lease.version, lease.slot, lease.stamp, slot.has_checksum, slot.checksum};
+}
+
+void SlotRing::drop_lease_locked(std::unordered_map<std::uint64_t, Lease>::iterator it) {
+  if (!it->second.revoked) --slots_[it->second.slot].leases;
+  leases_.erase(it);
+}
+
+void SlotRing::release(std::uint64_t session, std::uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it != leases_.end() && it->second.session == session) drop_lease_locked(it);
+}
+
+void SlotRing::release_session(std::uint64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    auto next = std::next(it);
+    if (it->second.session == session) drop_lease_locked(it);
+    it = next;
+  }
+}
+
+std::uint64_t SlotRing::wait_newer(std::uint64_t newer_than, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [&] { return stopping_ || latest_version_ > newer_than; };
+  if (deadline.is_never()) {
+    committed_cv_.wait(lock, ready);
+  } else {
+    committed_cv_.wait_for(lock, std::chrono::milliseconds(deadline.poll_millis()), ready);
+  }
+  return latest_version_;
+}
+
+void SlotRing::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  committed_cv_.notify_all();
+}
+
+std::uint64_t SlotRing::stamp_before(std::uint32_t slot) const noexcept {
+  return stamp(slot).load(std::memory_order_acquire);
+}
+
+std::uint64_t SlotRing::stamp_after(std::uint32_t slot) const noexcept {
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return stamp(slot).load(std::memory_order_relaxed);
+}
+
+void SlotRing::fill_stats(PublisherStats* stats) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats->versions_published = published_;
+  stats->versions_skipped = skipped_;
+  stats->leases_revoked = revoked_;
+  stats->leases_granted = granted_;
+  std::uint64_t active = 0;
+  for (const auto& [id, lease] : leases_) active += lease.revoked ? 0 : 1;
+  stats->leases_active = active;
+}
+
+}  // namespace weightsync::detail

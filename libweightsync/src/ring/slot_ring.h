@@ -1,0 +1,120 @@
+// SlotRing: the publisher's versioned ring of slots, their seqlock stamps and
+// the readers' leases (docs/consistency.md).
+//
+// Stamps: slot s's stamp is (version << 1) when it holds committed `version`,
+// (version << 1) | 1 while `version` is being written, 0 when empty. Stamps
+// live in their own page-aligned array so one-sided transports can expose it.
+//
+// Threads: reserve/commit/abandon come from the publishing thread only; all
+// other methods from any thread. Metadata is guarded by one mutex; slot bytes
+// are written outside it. Never throws.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "common/deadline.h"
+#include "weightsync/memory.h"
+#include "weightsync/options.h"
+#include "weightsync/publisher.h"
+
+namespace weightsync::detail {
+
+struct LeaseGrant {
+  std::uint64_t lease_id = 0;
+  std::uint64_t version = 0;
+  std::uint32_t slot = 0;
+  std::uint64_t stamp = 0;
+  bool has_checksum = false;
+  std::uint64_t checksum = 0;
+};
+
+struct Reservation {
+  std::uint32_t slot = 0;
+  std::uint32_t revoked = 0;  // leases taken back to free the slot
+  void* data = nullptr;
+};
+
+class SlotRing {
+ public:
+  static constexpr std::size_t kMaxLeasesPerSession = 8;
+
+  static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes,
+                                                  bool lock_memory, FullRingPolicy policy);
+
+  std::size_t slot_count() const noexcept { return slots_.size(); }
+  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  void* slot_data(std::uint32_t slot) noexcept { return slots_[slot].buffer.data(); }
+  const void* slot_data(std::uint32_t slot) const noexcept { return slots_[slot].buffer.data(); }
+
+  // --- publishing thread ---
+  // Picks a slot for `version` (which must exceed the latest committed one)
+  // and marks it being written. kBusy under kSkip with a full ring.
+  Result<Reservation> reserve(std::uint64_t version);
+  void commit(std::uint32_t slot, std::uint64_t version, std::optional<std::uint64_t> checksum);
+  void abandon(std::uint32_t slot);
+
+  // --- any thread ---
+  std::uint64_t latest_version() const;
+  // Leases the newest version if it is newer than `newer_than`; kNotReady if not.
+  Result<LeaseGrant> acquire(std::uint64_t session, std::uint64_t newer_than);
+  // The lease, if it belongs to `session` and was not revoked. kVersionRevoked
+  // if it was taken back; kInvalidArgument if unknown.
+  Result<LeaseGrant> check_lease(std::uint64_t session, std::uint64_t lease_id) const;
+  void release(std::uint64_t session, std::uint64_t lease_id);
+  void release_session(std::uint64_t session);
+  // Blocks until a version newer than `newer_than` is committed, the deadline
+  // passes or stop() is called; returns the latest version either way.
+  std::uint64_t wait_newer(std::uint64_t newer_than, Deadline deadline);
+  void stop();
+
+  // Seqlock read side: load with acquire before reading slot bytes;
+  // stamp_after() fences and reloads after the bytes are read.
+  std::uint64_t stamp_before(std::uint32_t slot) const noexcept;
+  std::uint64_t stamp_after(std::uint32_t slot) const noexcept;
+
+  void fill_stats(PublisherStats* stats) const;
+
+ private:
+  struct Slot {
+    HostBuffer buffer;
+    std::uint64_t version = 0;  // committed version held; 0 when empty
+    bool writing = false;
+    std::uint32_t leases = 0;   // live (not revoked) leases
+    bool has_checksum = false;
+    std::uint64_t checksum = 0;
+  };
+  struct Lease {
+    std::uint64_t session = 0;
+    std::uint32_t slot = 0;
+    std::uint64_t stamp = 0;
+    std::uint64_t version = 0;
+    bool revoked = false;
+  };
+
+  SlotRing() = default;
+  std::atomic<std::uint64_t>& stamp(std::uint32_t slot) const noexcept { return stamps_[slot]; }
+  void drop_lease_locked(std::unordered_map<std::uint64_t, Lease>::iterator it);
+
+  std::vector<Slot> slots_;
+  std::size_t slot_bytes_ = 0;
+  FullRingPolicy policy_ = FullRingPolicy::kRevokeOldest;
+  HostBuffer stamp_page_;
+  std::atomic<std::uint64_t>* stamps_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable committed_cv_;
+  bool stopping_ = false;
+  int newest_ = -1;
+  std::uint64_t latest_version_ = 0;
+  std::unordered_map<std::uint64_t, Lease> leases_;
+  std::uint64_t published_ = 0, skipped_ = 0, revoked_ = 0, granted_ = 0;
+};
+
+}  // namespace weightsync::detail

@@ -1,0 +1,73 @@
+// ControlClient: control-plane requests of a subscriber.
+#include "subscriber/control_client.h"
+
+#include "auth/handshake.h"
+#include "wire/frame_io.h"
+
+namespace weightsync::detail {
+namespace {
+constexpr const char* kPeer = "publisher";
+}
+
+Result<ControlClient> ControlClient::connect(const HostPort& publisher, const std::string& secret,
+                                             const std::string& client_name, int connect_timeout_ms,
+                                             int io_timeout_ms) {
+  const Deadline deadline = Deadline::after(std::chrono::milliseconds(connect_timeout_ms));
+  auto socket = connect_tcp(publisher, deadline);
+  if (!socket.ok()) return socket.status();
+  auto session = client_handshake(*socket, secret, Role::kControl, 0, client_name, deadline);
+  if (!session.ok()) return session.status();
+  return ControlClient(std::move(*socket), *session, io_timeout_ms);
+}
+
+Result<Frame> ControlClient::call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,
+                                  int extra_wait_ms) {
+  Status s = write_frame(socket_, request, payload, Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
+  if (!s.ok()) return s;
+  return read_expected(socket_, reply, kMaxReplyPayload,
+                       Deadline::after(std::chrono::milliseconds(io_timeout_ms_ + extra_wait_ms)), kPeer);
+}
+
+Result<WeightLayout> ControlClient::get_layout() {
+  auto frame = call(MsgType::kGetLayout, {}, MsgType::kLayout);
+  if (!frame.ok()) return frame.status();
+  auto msg = LayoutMsg::decode(frame->payload);
+  if (!msg.ok()) return msg.status();
+  auto layout = WeightLayout::deserialize(msg->layout.data(), msg->layout.size());
+  if (!layout.ok()) return Status(ErrorCode::kProtocolError, "publisher sent a bad layout: " + layout.status().message());
+  return layout;
+}
+
+Result<SlotTableMsg> ControlClient::get_slot_table() {
+  auto frame = call(MsgType::kGetSlotTable, {}, MsgType::kSlotTable);
+  if (!frame.ok()) return frame.status();
+  return SlotTableMsg::decode(frame->payload);
+}
+
+Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std::uint32_t wait_ms) {
+  auto frame = call(MsgType::kQueryVersion, QueryVersionMsg{newer_than, wait_ms}.encode(), MsgType::kVersion,
+                    static_cast<int>(wait_ms));
+  if (!frame.ok()) return frame.status();
+  auto msg = VersionMsg::decode(frame->payload);
+  if (!msg.ok()) return msg.status();
+  return msg->latest;
+}
+
+Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than) {
+  auto frame = call(MsgType::kAcquire, AcquireMsg{newer_than}.encode(), MsgType::kLease);
+  if (!frame.ok()) return frame.status();
+  return LeaseMsg::decode(frame->payload);
+}
+
+Status ControlClient::release(std::uint64_t lease_id) {
+  return write_frame(socket_, MsgType::kRelease, ReleaseMsg{lease_id}.encode(),
+                     Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
+}
+
+void ControlClient::bye() {
+  if (!socket_.valid()) return;
+  (void)write_frame(socket_, MsgType::kBye, {}, Deadline::after(std::chrono::milliseconds(100)), kPeer);
+  socket_.close();
+}
+
+}  // namespace weightsync::detail

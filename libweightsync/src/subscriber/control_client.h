@@ -1,0 +1,44 @@
+// ControlClient: the subscriber's end of the control connection: one request,
+// one reply (RELEASE has none), on the caller's thread, each bounded by a
+// deadline. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "net/socket.h"
+#include "weightsync/layout.h"
+#include "wire/messages.h"
+
+namespace weightsync::detail {
+
+class ControlClient {
+ public:
+  // Connects and authenticates within connect_timeout_ms.
+  static Result<ControlClient> connect(const HostPort& publisher, const std::string& secret,
+                                       const std::string& client_name, int connect_timeout_ms,
+                                       int io_timeout_ms);
+
+  std::uint64_t session_id() const noexcept { return session_id_; }
+
+  Result<WeightLayout> get_layout();
+  Result<SlotTableMsg> get_slot_table();
+  // Latest version; waits up to wait_ms for one newer than `newer_than`.
+  Result<std::uint64_t> query_version(std::uint64_t newer_than, std::uint32_t wait_ms);
+  // kNotReady when nothing newer than `newer_than` is published.
+  Result<LeaseMsg> acquire(std::uint64_t newer_than);
+  Status release(std::uint64_t lease_id);
+  void bye();
+
+ private:
+  ControlClient(Socket socket, std::uint64_t session_id, int io_timeout_ms)
+      : socket_(std::move(socket)), session_id_(session_id), io_timeout_ms_(io_timeout_ms) {}
+  Result<Frame> call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,
+                     int extra_wait_ms = 0);
+
+  Socket socket_;
+  std::uint64_t session_id_ = 0;
+  int io_timeout_ms_ = 10000;
+};
+
+}  // namespace weightsync::detail

@@ -1,0 +1,293 @@
+// Subscriber: connect + negotiate, and pull with lease, seqlock re-check,
+// checksum verification and automatic retry (docs/consistency.md).
+#include "weightsync/subscriber.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "common/checksum.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "subscriber/control_client.h"
+#include "transport/tcp/tcp_data_channel.h"
+
+namespace weightsync {
+
+// ---- Destination ----
+
+Destination Destination::contiguous(void* data, std::size_t bytes, MemoryKind kind) {
+  Destination d;
+  d.contiguous_ = true;
+  d.kind_ = kind;
+  d.data_ = data;
+  d.bytes_ = bytes;
+  return d;
+}
+
+Destination Destination::scatter(std::vector<ScatterEntry> entries, MemoryKind kind) {
+  Destination d;
+  d.contiguous_ = false;
+  d.kind_ = kind;
+  d.entries_ = std::move(entries);
+  return d;
+}
+
+// ---- Subscriber::Impl ----
+
+class Subscriber::Impl {
+ public:
+  Impl(detail::ControlClient c, WeightLayout l) : control(std::move(c)), layout(std::move(l)) {}
+
+  detail::ControlClient control;
+  WeightLayout layout;
+  std::unique_ptr<detail::DataChannel> channel;
+  std::size_t slot_count = 0;
+  bool checksums = false;
+  SubscriberOptions options;
+  int io_timeout_ms = 10000;
+  std::uint64_t held_version = 0;
+  Status sticky;
+
+  // Errors after which the connection's byte stream can no longer be trusted.
+  static bool breaks_connection(const Status& s) {
+    switch (s.code()) {
+      case ErrorCode::kConnectionLost:
+      case ErrorCode::kProtocolError:
+      case ErrorCode::kTimeout:
+      case ErrorCode::kAuthFailed:
+      case ErrorCode::kInternal:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Records the first connection-breaking error (it stays sticky).
+  void note_status(const Status& s) {
+    if (!s.ok() && breaks_connection(s) && sticky.ok()) {
+      sticky = s;
+      WS_WARN("subscriber: connection to the publisher is unusable: {}", sticky.to_string());
+    }
+  }
+
+  template <typename T>
+  Result<T> note(Result<T> r) {
+    if (!r.ok()) note_status(r.status());
+    return r;
+  }
+
+  Result<std::vector<detail::ReadPiece>> plan_for(const Destination& dst) const {
+    if (dst.memory_kind() != MemoryKind::kHost) {
+      return Status(ErrorCode::kInvalidConfig, std::string("destination memory kind '") + to_string(dst.memory_kind()) +
+                                                   "' is not supported by this build (host memory only)");
+    }
+    std::vector<detail::ReadPiece> plan;
+    const auto& tensors = layout.tensors();
+    if (dst.is_contiguous()) {
+      if (dst.data() == nullptr || dst.bytes() < layout.total_bytes()) {
+        return Status(ErrorCode::kInvalidArgument, "contiguous destination has " + std::to_string(dst.bytes()) +
+                                                       " bytes; the layout needs " + std::to_string(layout.total_bytes()));
+      }
+      auto* base = static_cast<char*>(dst.data());
+      for (const auto& t : tensors) {
+        // Coalesce tensors with no padding between them into one piece.
+        if (!plan.empty() && plan.back().slot_offset + plan.back().length == t.offset) {
+          plan.back().length += t.bytes;
+        } else {
+          plan.push_back(detail::ReadPiece{t.offset, t.bytes, base + t.offset});
+        }
+      }
+      return plan;
+    }
+    std::vector<void*> by_index(tensors.size(), nullptr);
+    for (const auto& e : dst.entries()) {
+      const TensorEntry* t = layout.find(e.name);
+      if (t == nullptr) return Status(ErrorCode::kInvalidArgument, "scatter destination names unknown tensor '" + e.name + "'");
+      const std::size_t i = static_cast<std::size_t>(t - tensors.data());
+      if (by_index[i] != nullptr) return Status(ErrorCode::kInvalidArgument, "scatter destination names '" + e.name + "' twice");
+      if (e.data == nullptr || e.bytes != t->bytes) {
+        return Status(ErrorCode::kInvalidArgument, "scatter entry '" + e.name + "' has " + std::to_string(e.bytes) +
+                                                       " bytes; the tensor has " + std::to_string(t->bytes));
+      }
+      by_index[i] = e.data;
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (by_index[i] == nullptr) {
+        return Status(ErrorCode::kInvalidArgument, "scatter destination is missing tensor '" + tensors[i].spec.name +
+                                                       "' (every tensor must be given once)");
+      }
+      plan.push_back(detail::ReadPiece{tensors[i].offset, tensors[i].bytes, by_index[i]});
+    }
+    return plan;
+  }
+
+  // One attempt: lease, read, release, verify.
+  Result<PullResult> attempt(const std::vector<detail::ReadPiece>& plan, std::uint64_t newer_than,
+                             const PullOptions& pull_options, detail::StreamHasher& hasher) {
+    auto lease = note(control.acquire(newer_than));
+    if (!lease.ok()) return lease.status();
+    hasher.reset();
+    std::uint64_t received = 0;
+    const std::uint64_t total = layout.payload_bytes();
+    const bool hashing = lease->has_checksum && options.verify_checksum;
+    detail::ReadRequest request;
+    request.lease_id = lease->lease_id;
+    request.slot = lease->slot;
+    request.stamp = lease->stamp;
+    request.plan = &plan;
+    request.stall_ms = io_timeout_ms;
+    request.on_bytes = [&](const void* p, std::size_t n) {
+      if (hashing) hasher.update(p, n);
+      received += n;
+      if (pull_options.on_progress) pull_options.on_progress(received, total);
+    };
+    auto stamp_after = note(channel->read(request));
+    // Release before judging the read, so the slot is free again at once.
+    if (sticky.ok()) note_status(control.release(lease->lease_id));
+    if (!stamp_after.ok()) return stamp_after.status();
+    if (*stamp_after != lease->stamp) {
+      return Status(ErrorCode::kVersionRevoked, "version " + std::to_string(lease->version) +
+                                                    " was overwritten during the read (torn read detected and discarded)");
+    }
+    PullResult out;
+    out.version = lease->version;
+    out.bytes = received;
+    if (hashing) {
+      if (hasher.digest() != lease->checksum) {
+        return Status(ErrorCode::kChecksumMismatch, "checksum of version " + std::to_string(lease->version) +
+                                                        " does not match the publisher's (corrupted in transit)");
+      }
+      out.checksum_verified = true;
+    }
+    return out;
+  }
+
+};
+
+Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Subscriber::~Subscriber() {
+  if (!impl_) return;
+  if (impl_->channel) impl_->channel->close();
+  impl_->control.bye();
+}
+
+Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& address, SubscriberOptions options) try {
+  auto target = detail::parse_host_port(address);
+  if (!target.ok()) return target.status();
+  auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
+  auto connect_timeout = detail::resolve_millis(options.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000);
+  auto io_timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
+  auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
+  for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status()}) {
+    if (!s->ok()) return *s;
+  }
+  if (transport->value != "auto" && transport->value != "tcp") {
+    return Status(ErrorCode::kInvalidConfig, "transport '" + transport->value +
+                                                 "' is not built into this library (available: auto, tcp)");
+  }
+
+  auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
+                                                connect_timeout->value, io_timeout->value);
+  if (!control.ok()) return control.status();
+  auto layout = control->get_layout();
+  if (!layout.ok()) return layout.status();
+  auto table = control->get_slot_table();
+  if (!table.ok()) return table.status();
+  if (table->slot_bytes != layout->total_bytes()) {
+    return Status(ErrorCode::kProtocolError, "publisher's slots (" + std::to_string(table->slot_bytes) +
+                                                 " bytes) do not match its layout (" +
+                                                 std::to_string(layout->total_bytes()) + " bytes)");
+  }
+  // Negotiation: take the best transport both sides have. Today that is tcp.
+  const bool tcp_offered = std::any_of(table->transports.begin(), table->transports.end(),
+                                       [](const detail::TransportOffer& t) { return t.name == "tcp"; });
+  if (!tcp_offered) {
+    return Status(ErrorCode::kInvalidConfig, "the publisher offers no data transport this subscriber supports");
+  }
+  const std::uint64_t session = control->session_id();
+  auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
+  auto channel = detail::open_tcp_data_channel(detail::TcpChannelConfig{
+      *target, secret->value, session, options.client_name, connect_timeout->value});
+  if (!channel.ok()) return channel.status();
+  impl->channel = std::move(*channel);
+  impl->slot_count = table->slot_count;
+  impl->checksums = table->checksums;
+  impl->io_timeout_ms = io_timeout->value;
+  impl->options = std::move(options);
+  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {})", address,
+          impl->channel->name(), detail::to_string(transport->source), impl->slot_count,
+          impl->layout.total_bytes(), impl->checksums ? "on" : "off");
+  return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());
+}
+
+const WeightLayout& Subscriber::layout() const noexcept { return impl_->layout; }
+std::size_t Subscriber::slot_count() const noexcept { return impl_->slot_count; }
+std::string Subscriber::transport() const { return impl_->channel->name(); }
+bool Subscriber::publisher_checksums() const noexcept { return impl_->checksums; }
+std::uint64_t Subscriber::held_version() const noexcept { return impl_->held_version; }
+Status Subscriber::status() const { return impl_->sticky; }
+
+Result<std::uint64_t> Subscriber::latest_version() try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  return impl_->note(impl_->control.query_version(0, 0));
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::latest_version: ") + e.what());
+}
+
+Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
+  auto latest = impl_->note(impl_->control.query_version(newer_than, wait));
+  if (!latest.ok()) return latest;
+  if (*latest <= newer_than) {
+    return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
+                                           std::to_string(timeout.count()) + " ms (latest: " +
+                                           std::to_string(*latest) + ")");
+  }
+  return latest;
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::wait_for_version: ") + e.what());
+}
+
+Result<PullResult> Subscriber::pull(const Destination& destination, const PullOptions& options) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = impl_->plan_for(destination);
+  if (!plan.ok()) return plan.status();
+  const std::uint64_t newer_than = options.newer_than.value_or(impl_->held_version);
+  const auto wait_until = start + options.wait;
+  detail::StreamHasher hasher;
+  std::uint32_t retries = 0;
+  for (;;) {
+    auto result = impl_->attempt(*plan, newer_than, options, hasher);
+    if (result.ok()) {
+      result->retries = retries;
+      result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      impl_->held_version = result->version;
+      return result;
+    }
+    const ErrorCode code = result.status().code();
+    if (code == ErrorCode::kNotReady) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= wait_until) return result.status();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - now);
+      auto latest = wait_for_version(newer_than, std::max(left, std::chrono::milliseconds(1)));
+      if (!latest.ok()) return latest.status().code() == ErrorCode::kTimeout ? result.status() : latest.status();
+      continue;
+    }
+    if ((code == ErrorCode::kVersionRevoked || code == ErrorCode::kChecksumMismatch) &&
+        static_cast<int>(retries) < impl_->options.max_retries) {
+      ++retries;
+      WS_DEBUG("subscriber: retrying pull: {}", result.status().to_string());
+      continue;
+    }
+    return result.status();
+  }
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::pull: ") + e.what());
+}
+
+}  // namespace weightsync

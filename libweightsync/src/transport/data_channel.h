@@ -1,0 +1,49 @@
+// DataChannel: the subscriber side of a data transport. A channel reads the
+// byte ranges of a leased slot straight into the caller's memory and reports
+// the slot's seqlock stamp as observed after the last byte was read.
+//
+// Every transport must (docs/consistency.md): read only inside the slot
+// (bounds checked on the publisher too), deliver bytes in plan order through
+// on_bytes (for streaming checksums and progress), never hold a lease past the
+// call, and bound every wait by stall_ms. A channel is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weightsync/status.h"
+
+namespace weightsync::detail {
+
+// One contiguous piece of a pull: `length` bytes at `slot_offset` in the slot
+// land at `dest`. A plan lists pieces in increasing slot_offset order.
+struct ReadPiece {
+  std::uint64_t slot_offset = 0;
+  std::uint64_t length = 0;
+  void* dest = nullptr;
+};
+
+struct ReadRequest {
+  std::uint64_t lease_id = 0;
+  std::uint32_t slot = 0;
+  std::uint64_t stamp = 0;  // the stamp the lease was granted with
+  const std::vector<ReadPiece>* plan = nullptr;
+  std::function<void(const void*, std::size_t)> on_bytes;
+  int stall_ms = 10000;
+};
+
+class DataChannel {
+ public:
+  virtual ~DataChannel() = default;
+  virtual const char* name() const = 0;
+  // The stamp observed after the read. kVersionRevoked if the publisher
+  // refused the read because the slot was taken back; connection errors are
+  // kConnectionLost / kTimeout / kProtocolError.
+  virtual Result<std::uint64_t> read(const ReadRequest& request) = 0;
+  // Best-effort goodbye before closing.
+  virtual void close() = 0;
+};
+
+}  // namespace weightsync::detail

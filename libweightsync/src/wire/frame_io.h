@@ -1,0 +1,25 @@
+// Reading and writing whole frames on a Socket.
+#pragma once
+
+#include <vector>
+
+#include "net/socket.h"
+#include "wire/frame.h"
+
+namespace weightsync::detail {
+
+Status write_frame(const Socket& socket, MsgType type, const std::vector<std::uint8_t>& payload,
+                   Deadline deadline, const char* peer);
+
+// Waits for a frame to start until `idle` passes (kTimeout), then reads the
+// rest within `io` (a peer that stalls mid-frame is a kTimeout). A header that
+// fails decode_header() is a kProtocolError; no payload byte is read then.
+Result<Frame> read_frame(const Socket& socket, std::uint32_t max_payload, Deadline idle, Deadline io,
+                         const char* peer);
+
+// Reads one frame and, if it is an ERROR frame, turns it into its Status;
+// if it is not of type `expected`, a kProtocolError.
+Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_t max_payload,
+                            Deadline deadline, const char* peer);
+
+}  // namespace weightsync::detail

@@ -1,0 +1,285 @@
+// Encoding and validation of control-protocol messages.
+#include "wire/messages.h"
+
+#include "wire/byte_codec.h"
+
+namespace weightsync::detail {
+namespace {
+
+Status malformed(const char* what) {
+  return Status(ErrorCode::kProtocolError, std::string("malformed ") + what + " message");
+}
+
+bool finish(const ByteReader& r) { return r.remaining() == 0; }
+
+bool read_flag(ByteReader& r, bool* out) {
+  std::uint8_t v = 0;
+  if (!r.u8(&v) || v > 1) return false;
+  *out = v == 1;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> HelloMsg::encode() const {
+  ByteWriter w;
+  w.u8(static_cast<std::uint8_t>(role));
+  w.u64(session_id);
+  w.bytes(client_nonce.data(), client_nonce.size());
+  w.str16(client_name.substr(0, kMaxClientName));
+  return w.take();
+}
+
+Result<HelloMsg> HelloMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  HelloMsg m;
+  std::uint8_t role = 0;
+  if (!r.u8(&role) || (role != 1 && role != 2) || !r.u64(&m.session_id) ||
+      !r.bytes(m.client_nonce.data(), kNonceBytes) || !r.str16(&m.client_name, kMaxClientName) ||
+      !finish(r)) {
+    return malformed("HELLO");
+  }
+  m.role = static_cast<Role>(role);
+  if ((m.role == Role::kControl) != (m.session_id == 0)) return malformed("HELLO (role/session)");
+  return m;
+}
+
+std::vector<std::uint8_t> ChallengeMsg::encode() const {
+  ByteWriter w;
+  w.bytes(server_nonce.data(), server_nonce.size());
+  w.u8(auth_required ? 1 : 0);
+  return w.take();
+}
+
+Result<ChallengeMsg> ChallengeMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ChallengeMsg m;
+  if (!r.bytes(m.server_nonce.data(), kNonceBytes) || !read_flag(r, &m.auth_required) || !finish(r)) {
+    return malformed("CHALLENGE");
+  }
+  return m;
+}
+
+std::vector<std::uint8_t> AuthMsg::encode() const {
+  ByteWriter w;
+  w.bytes(client_mac.data(), client_mac.size());
+  return w.take();
+}
+
+Result<AuthMsg> AuthMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  AuthMsg m;
+  if (!r.bytes(m.client_mac.data(), kMacBytes) || !finish(r)) return malformed("AUTH");
+  return m;
+}
+
+std::vector<std::uint8_t> WelcomeMsg::encode() const {
+  ByteWriter w;
+  w.bytes(server_mac.data(), server_mac.size());
+  w.u64(session_id);
+  return w.take();
+}
+
+Result<WelcomeMsg> WelcomeMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  WelcomeMsg m;
+  if (!r.bytes(m.server_mac.data(), kMacBytes) || !r.u64(&m.session_id) || !finish(r)) {
+    return malformed("WELCOME");
+  }
+  return m;
+}
+
+std::vector<std::uint8_t> ErrorMsg::encode() const {
+  ByteWriter w;
+  w.u8(static_cast<std::uint8_t>(code));
+  w.str16(message.substr(0, kMaxErrorMessage));
+  return w.take();
+}
+
+Result<ErrorMsg> ErrorMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ErrorMsg m;
+  std::uint8_t code = 0;
+  if (!r.u8(&code) || code == 0 || code > static_cast<std::uint8_t>(ErrorCode::kInternal) ||
+      !r.str16(&m.message, kMaxErrorMessage) || !finish(r)) {
+    return malformed("ERROR");
+  }
+  m.code = static_cast<ErrorCode>(code);
+  return m;
+}
+
+std::vector<std::uint8_t> LayoutMsg::encode() const {
+  ByteWriter w;
+  w.blob32(layout);
+  return w.take();
+}
+
+Result<LayoutMsg> LayoutMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  LayoutMsg m;
+  if (!r.blob32(&m.layout, kMaxReplyPayload) || !finish(r)) return malformed("LAYOUT");
+  return m;
+}
+
+std::vector<std::uint8_t> SlotTableMsg::encode() const {
+  ByteWriter w;
+  w.u32(slot_count);
+  w.u64(slot_bytes);
+  w.u8(checksums ? 1 : 0);
+  w.u8(static_cast<std::uint8_t>(transports.size()));
+  for (const auto& t : transports) {
+    w.str16(t.name);
+    w.blob32(t.blob);
+  }
+  return w.take();
+}
+
+Result<SlotTableMsg> SlotTableMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  SlotTableMsg m;
+  std::uint8_t count = 0;
+  if (!r.u32(&m.slot_count) || !r.u64(&m.slot_bytes) || !read_flag(r, &m.checksums) ||
+      !r.u8(&count) || count > kMaxTransports) {
+    return malformed("SLOT_TABLE");
+  }
+  if (m.slot_count < 2 || m.slot_count > 1024 || m.slot_bytes == 0) return malformed("SLOT_TABLE (slots)");
+  m.transports.resize(count);
+  for (auto& t : m.transports) {
+    if (!r.str16(&t.name, kMaxTransportName) || !r.blob32(&t.blob, kMaxTransportBlob)) {
+      return malformed("SLOT_TABLE (transport)");
+    }
+  }
+  if (!finish(r)) return malformed("SLOT_TABLE");
+  return m;
+}
+
+std::vector<std::uint8_t> QueryVersionMsg::encode() const {
+  ByteWriter w;
+  w.u64(newer_than);
+  w.u32(wait_ms);
+  return w.take();
+}
+
+Result<QueryVersionMsg> QueryVersionMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  QueryVersionMsg m;
+  if (!r.u64(&m.newer_than) || !r.u32(&m.wait_ms) || !finish(r)) return malformed("QUERY_VERSION");
+  return m;
+}
+
+std::vector<std::uint8_t> VersionMsg::encode() const {
+  ByteWriter w;
+  w.u64(latest);
+  return w.take();
+}
+
+Result<VersionMsg> VersionMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  VersionMsg m;
+  if (!r.u64(&m.latest) || !finish(r)) return malformed("VERSION");
+  return m;
+}
+
+std::vector<std::uint8_t> AcquireMsg::encode() const {
+  ByteWriter w;
+  w.u64(newer_than);
+  return w.take();
+}
+
+Result<AcquireMsg> AcquireMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  AcquireMsg m;
+  if (!r.u64(&m.newer_than) || !finish(r)) return malformed("ACQUIRE");
+  return m;
+}
+
+std::vector<std::uint8_t> LeaseMsg::encode() const {
+  ByteWriter w;
+  w.u64(lease_id);
+  w.u64(version);
+  w.u32(slot);
+  w.u64(stamp);
+  w.u8(has_checksum ? 1 : 0);
+  w.u64(checksum);
+  return w.take();
+}
+
+Result<LeaseMsg> LeaseMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  LeaseMsg m;
+  if (!r.u64(&m.lease_id) || !r.u64(&m.version) || !r.u32(&m.slot) || !r.u64(&m.stamp) ||
+      !read_flag(r, &m.has_checksum) || !r.u64(&m.checksum) || !finish(r)) {
+    return malformed("LEASE");
+  }
+  if (m.version == 0 || m.stamp != (m.version << 1)) return malformed("LEASE (stamp)");
+  return m;
+}
+
+std::vector<std::uint8_t> ReleaseMsg::encode() const {
+  ByteWriter w;
+  w.u64(lease_id);
+  return w.take();
+}
+
+Result<ReleaseMsg> ReleaseMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ReleaseMsg m;
+  if (!r.u64(&m.lease_id) || !finish(r)) return malformed("RELEASE");
+  return m;
+}
+
+std::vector<std::uint8_t> ReadMsg::encode() const {
+  ByteWriter w;
+  w.u64(lease_id);
+  w.u32(static_cast<std::uint32_t>(ranges.size()));
+  for (const auto& range : ranges) {
+    w.u64(range.offset);
+    w.u64(range.length);
+  }
+  return w.take();
+}
+
+Result<ReadMsg> ReadMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ReadMsg m;
+  std::uint32_t count = 0;
+  if (!r.u64(&m.lease_id) || !r.u32(&count) || count == 0 || count > kMaxReadRanges ||
+      static_cast<std::uint64_t>(count) * 16 != r.remaining()) {
+    return malformed("READ");
+  }
+  m.ranges.resize(count);
+  for (auto& range : m.ranges) {
+    r.u64(&range.offset);
+    r.u64(&range.length);
+    if (range.length == 0) return malformed("READ (empty range)");
+  }
+  return m;
+}
+
+std::vector<std::uint8_t> DataMsg::encode() const {
+  ByteWriter w;
+  w.u64(total);
+  return w.take();
+}
+
+Result<DataMsg> DataMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  DataMsg m;
+  if (!r.u64(&m.total) || !finish(r)) return malformed("DATA");
+  return m;
+}
+
+std::vector<std::uint8_t> DataEndMsg::encode() const {
+  ByteWriter w;
+  w.u64(stamp_after);
+  return w.take();
+}
+
+Result<DataEndMsg> DataEndMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  DataEndMsg m;
+  if (!r.u64(&m.stamp_after) || !finish(r)) return malformed("DATA_END");
+  return m;
+}
+
+}  // namespace weightsync::detail

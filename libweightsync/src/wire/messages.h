@@ -1,0 +1,149 @@
+// Control-protocol messages (docs/protocol.md, "Messages"). Each struct has
+// encode() -> payload bytes and decode(payload) -> Result; decode() rejects
+// truncated payloads, trailing bytes and out-of-range fields with
+// kProtocolError, so handlers only ever see well-formed values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weightsync/status.h"
+#include "wire/frame.h"
+
+namespace weightsync::detail {
+
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kMaxClientName = 256;
+inline constexpr std::size_t kMaxErrorMessage = 4096;
+inline constexpr std::uint32_t kMaxReadRanges = 4096;
+inline constexpr std::size_t kMaxTransports = 16;
+inline constexpr std::size_t kMaxTransportName = 32;
+inline constexpr std::size_t kMaxTransportBlob = 1u << 20;
+
+using Nonce = std::array<std::uint8_t, kNonceBytes>;
+using Mac = std::array<std::uint8_t, kMacBytes>;
+
+enum class Role : std::uint8_t { kControl = 1, kData = 2 };
+
+struct HelloMsg {
+  Role role = Role::kControl;
+  std::uint64_t session_id = 0;  // 0 for control; the control session's id for data
+  Nonce client_nonce{};
+  std::string client_name;
+  std::vector<std::uint8_t> encode() const;
+  static Result<HelloMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct ChallengeMsg {
+  Nonce server_nonce{};
+  bool auth_required = false;
+  std::vector<std::uint8_t> encode() const;
+  static Result<ChallengeMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct AuthMsg {
+  Mac client_mac{};  // all zero when the server does not require auth
+  std::vector<std::uint8_t> encode() const;
+  static Result<AuthMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct WelcomeMsg {
+  Mac server_mac{};  // proves the server knows the secret; zero without auth
+  std::uint64_t session_id = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<WelcomeMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct ErrorMsg {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  std::vector<std::uint8_t> encode() const;
+  static Result<ErrorMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct LayoutMsg {
+  std::vector<std::uint8_t> layout;  // WeightLayout::serialize()
+  std::vector<std::uint8_t> encode() const;
+  static Result<LayoutMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct TransportOffer {
+  std::string name;                 // "tcp", later "ucx", "shm", "verbs"
+  std::vector<std::uint8_t> blob;   // opaque, transport-versioned connection info
+};
+
+struct SlotTableMsg {
+  std::uint32_t slot_count = 0;
+  std::uint64_t slot_bytes = 0;
+  bool checksums = false;
+  std::vector<TransportOffer> transports;
+  std::vector<std::uint8_t> encode() const;
+  static Result<SlotTableMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct QueryVersionMsg {
+  std::uint64_t newer_than = 0;
+  std::uint32_t wait_ms = 0;  // 0: answer at once
+  std::vector<std::uint8_t> encode() const;
+  static Result<QueryVersionMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct VersionMsg {
+  std::uint64_t latest = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<VersionMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct AcquireMsg {
+  std::uint64_t newer_than = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<AcquireMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct LeaseMsg {
+  std::uint64_t lease_id = 0;
+  std::uint64_t version = 0;
+  std::uint32_t slot = 0;
+  std::uint64_t stamp = 0;
+  bool has_checksum = false;
+  std::uint64_t checksum = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<LeaseMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct ReleaseMsg {
+  std::uint64_t lease_id = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<ReleaseMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+struct ReadMsg {
+  std::uint64_t lease_id = 0;
+  std::vector<ByteRange> ranges;  // 1..kMaxReadRanges, each length > 0
+  std::vector<std::uint8_t> encode() const;
+  static Result<ReadMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// DATA announces `total` raw bytes that follow the frame unframed.
+struct DataMsg {
+  std::uint64_t total = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<DataMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// DATA_END carries the slot's seqlock stamp read after the last byte was sent.
+struct DataEndMsg {
+  std::uint64_t stamp_after = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<DataEndMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+}  // namespace weightsync::detail
