@@ -11,7 +11,9 @@
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) {
+  g_stop = 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -24,13 +26,21 @@ int main(int argc, char** argv) {
   std::uint16_t port = 0;
   std::string bind = "127.0.0.1";
   std::string address_file;
-  app.add_option("--size-mib", size_mib, "Model size in MiB")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--tensors", tensors, "Number of tensors")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--versions", versions, "Versions to publish")->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--size-mib", size_mib, "Model size in MiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tensors", tensors, "Number of tensors")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--versions", versions, "Versions to publish")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--interval-ms", interval_ms, "Pause between versions")->capture_default_str();
-  app.add_option("--linger-s", linger_s, "Keep serving this long after the last version")->capture_default_str();
+  app.add_option("--linger-s", linger_s, "Keep serving this long after the last version")
+      ->capture_default_str();
   app.add_option("--port", port, "TCP port (0: any free port)")->capture_default_str();
-  app.add_option("--bind", bind, "Bind address (non-loopback needs WEIGHTSYNC_SECRET)")->capture_default_str();
+  app.add_option("--bind", bind, "Bind address (non-loopback needs WEIGHTSYNC_SECRET)")
+      ->capture_default_str();
   app.add_option("--address-file", address_file, "Write host:port here once listening");
   CLI11_PARSE(app, argc, argv);
 

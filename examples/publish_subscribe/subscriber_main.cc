@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   bool contiguous = false;
   app.add_option("address", address, "Publisher host:port")->required();
   app.add_option("--versions", versions, "Stop after pulling this version")->capture_default_str();
-  app.add_option("--timeout-s", timeout_s, "Give up waiting for a new version after this long")->capture_default_str();
+  app.add_option("--timeout-s", timeout_s, "Give up waiting for a new version after this long")
+      ->capture_default_str();
   app.add_flag("--contiguous", contiguous, "Pull into one region instead of one buffer per tensor");
   CLI11_PARSE(app, argc, argv);
 
@@ -30,8 +31,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const weightsync::WeightLayout& layout = (*sub)->layout();
-  std::printf("subscriber: connected over %s; layout has %zu tensors, %llu bytes\n", (*sub)->transport().c_str(),
-              layout.tensors().size(), static_cast<unsigned long long>(layout.total_bytes()));
+  std::printf("subscriber: connected over %s; layout has %zu tensors, %llu bytes\n",
+              (*sub)->transport().c_str(), layout.tensors().size(),
+              static_cast<unsigned long long>(layout.total_bytes()));
 
   // Destination memory, allocated once and reused for every version.
   std::vector<weightsync::HostBuffer> buffers;
@@ -60,8 +62,8 @@ int main(int argc, char** argv) {
     pull_options.wait = std::chrono::seconds(timeout_s);
     auto pulled = (*sub)->pull(destination, pull_options);
     if (!pulled.ok()) {
-      std::fprintf(stderr, "subscriber: pull failed: %s (what to do: %s)\n", pulled.status().to_string().c_str(),
-                   weightsync::to_string(pulled.status().action()));
+      std::fprintf(stderr, "subscriber: pull failed: %s (what to do: %s)\n",
+                   pulled.status().to_string().c_str(), weightsync::to_string(pulled.status().action()));
       return 1;
     }
     // Check every byte against the pattern of the version we were told we got.
@@ -82,17 +84,19 @@ int main(int argc, char** argv) {
     retries += pulled->retries;
     seconds.push_back(pulled->seconds);
     std::printf("subscriber: pulled version %llu (%llu bytes in %.3f s, %.2f GB/s), verified\n",
-                static_cast<unsigned long long>(pulled->version), static_cast<unsigned long long>(pulled->bytes),
-                pulled->seconds, pulled->bytes / pulled->seconds / 1e9);
+                static_cast<unsigned long long>(pulled->version),
+                static_cast<unsigned long long>(pulled->bytes), pulled->seconds,
+                pulled->bytes / pulled->seconds / 1e9);
     std::fflush(stdout);
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];
   const double per_pull = static_cast<double>(bytes) / seconds.size();
-  std::printf("SUMMARY transport=%s versions=%zu (v%llu..v%llu) bytes=%llu median_pull_s=%.4f median_gbps=%.2f "
-              "retries=%u verified=all\n",
-              (*sub)->transport().c_str(), seconds.size(), static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(last), static_cast<unsigned long long>(bytes), median,
-              per_pull / median / 1e9, retries);
+  std::printf(
+      "SUMMARY transport=%s versions=%zu (v%llu..v%llu) bytes=%llu median_pull_s=%.4f median_gbps=%.2f "
+      "retries=%u verified=all\n",
+      (*sub)->transport().c_str(), seconds.size(), static_cast<unsigned long long>(first),
+      static_cast<unsigned long long>(last), static_cast<unsigned long long>(bytes), median,
+      per_pull / median / 1e9, retries);
   return 0;
 }

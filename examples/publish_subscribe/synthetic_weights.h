@@ -22,7 +22,8 @@ inline weightsync::Result<weightsync::WeightLayout> make_layout(std::uint64_t to
   std::vector<weightsync::TensorSpec> specs;
   const std::uint64_t per_tensor = std::max<std::uint64_t>(total_bytes / tensors / 4, 1);
   for (int i = 0; i < tensors; ++i) {
-    specs.push_back({"layer" + std::to_string(i) + ".weight", weightsync::DType::kFloat32,
+    specs.push_back({"layer" + std::to_string(i) + ".weight",
+                     weightsync::DType::kFloat32,
                      {static_cast<std::int64_t>(per_tensor)}});
   }
   return weightsync::WeightLayout::build(std::move(specs));

@@ -4,7 +4,8 @@
 // - A WeightLayout is immutable once built. Offsets are computed once, in
 //   declaration order, each tensor starting at a multiple of the layout's
 //   alignment (default kDefaultAlignment = 256 bytes: a cache-line and CUDA
-//   allocation multiple). Padding bytes between tensors are zero in every slot.
+//   allocation multiple). Padding bytes between tensors are not part of a
+//   version: pulls never transfer them and checksums skip them.
 // - total_bytes() is the end of the last tensor rounded up to the alignment;
 //   it is the size of every slot of a publisher using this layout.
 // - build() rejects: an empty layout, an empty or over-long name, duplicate
@@ -66,8 +67,7 @@ class WeightLayout {
   static constexpr std::size_t kMaxNameBytes = 1024;
   static constexpr std::size_t kMaxTensors = 1u << 20;
 
-  static Result<WeightLayout> build(std::vector<TensorSpec> specs,
-                                    std::size_t alignment = kDefaultAlignment);
+  static Result<WeightLayout> build(std::vector<TensorSpec> specs, std::size_t alignment = kDefaultAlignment);
   static Result<WeightLayout> deserialize(const void* data, std::size_t size);
 
   std::vector<std::uint8_t> serialize() const;

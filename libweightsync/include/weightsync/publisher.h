@@ -17,6 +17,7 @@
 //   closed, in-flight pulls fail with kConnectionLost) and joins its threads.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,19 +41,19 @@ struct PublishResult {
   std::uint64_t version = 0;
   std::uint32_t slot = 0;
   std::uint32_t revoked_leases = 0;  // leases taken back to make room
-  double copy_seconds = 0.0;         // time spent copying into the slot
+  double copy_seconds = 0.0;         // from reserving the slot to the commit (copy + checksum)
 };
 
 struct PublisherStats {
   std::uint64_t versions_published = 0;
-  std::uint64_t versions_skipped = 0;     // kSkip policy with a full ring
+  std::uint64_t versions_skipped = 0;  // kSkip policy with a full ring
   std::uint64_t leases_revoked = 0;
   std::uint64_t leases_active = 0;
   std::uint64_t leases_granted = 0;
   std::uint64_t connections_active = 0;
   std::uint64_t connections_accepted = 0;
   std::uint64_t auth_failures = 0;
-  std::uint64_t protocol_errors = 0;      // connections closed for bad input
+  std::uint64_t protocol_errors = 0;  // connections closed for bad input
   std::uint64_t bytes_served = 0;
 };
 
@@ -81,8 +82,8 @@ class SlotWriter {
 
  private:
   friend class Publisher;
-  SlotWriter(Publisher* owner, std::uint64_t version, std::uint32_t slot, void* data,
-             std::size_t size, std::uint32_t revoked);
+  SlotWriter(Publisher* owner, std::uint64_t version, std::uint32_t slot, void* data, std::size_t size,
+             std::uint32_t revoked);
   void abandon() noexcept;
 
   Publisher* owner_ = nullptr;
@@ -91,12 +92,12 @@ class SlotWriter {
   void* data_ = nullptr;
   std::size_t size_ = 0;
   std::uint32_t revoked_ = 0;
+  std::chrono::steady_clock::time_point started_;
 };
 
 class Publisher {
  public:
-  static Result<std::unique_ptr<Publisher>> create(WeightLayout layout,
-                                                   PublisherOptions options = {});
+  static Result<std::unique_ptr<Publisher>> create(WeightLayout layout, PublisherOptions options = {});
   ~Publisher();
   Publisher(const Publisher&) = delete;
   Publisher& operator=(const Publisher&) = delete;

@@ -91,9 +91,10 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}           // NOLINT(google-explicit-constructor)
-  Result(Status status) : status_(std::move(status)) {    // NOLINT(google-explicit-constructor)
-    if (status_.ok()) status_ = Status(ErrorCode::kInternal, "Result built from an OK Status without a value");
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
+    if (status_.ok())
+      status_ = Status(ErrorCode::kInternal, "Result built from an OK Status without a value");
   }
 
   bool ok() const noexcept { return value_.has_value(); }

@@ -3,9 +3,10 @@
 // Contract
 // - connect() opens an authenticated control connection to a Publisher,
 //   learns its layout and slot table, and opens the data transport chosen by
-//   negotiation (today: tcp). It fails with a clear error within the connect
-//   timeout if the publisher is unreachable, does not authenticate, or speaks
-//   another protocol version.
+//   negotiation (today: tcp). It fails with a clear error if the publisher is
+//   unreachable, does not authenticate, or speaks another protocol version:
+//   each of its two connections is bounded by the connect timeout and each
+//   request after the handshake by the I/O timeout.
 // - pull() delivers the newest committed version newer than
 //   PullOptions::newer_than (default: held_version()) into the destination,
 //   bit-exact, or fails. On failure the destination's bytes are undefined; it
@@ -13,8 +14,10 @@
 //   kVersionRevoked and kChecksumMismatch are retried automatically up to
 //   SubscriberOptions::max_retries times; PullResult::retries counts them.
 // - The first connection-level error (kConnectionLost, kProtocolError,
-//   kTimeout during a transfer, kAuthFailed) is sticky: every later call
-//   returns it. Create a new Subscriber to reconnect.
+//   kTimeout on the wire, kAuthFailed, kInternal, or any refusal that makes the
+//   publisher close a connection) is sticky: every later call returns it.
+//   Create a new Subscriber to reconnect. kNotReady, kVersionRevoked,
+//   kChecksumMismatch and argument errors are not sticky.
 // - Threads: a Subscriber has no threads of its own; every call runs on the
 //   caller's thread and blocks at most for its timeout. Use one Subscriber from
 //   one thread at a time. The progress callback runs on the caller's thread.
@@ -79,7 +82,8 @@ struct PullResult {
   std::uint64_t version = 0;
   std::uint64_t bytes = 0;         // payload bytes delivered
   std::uint32_t retries = 0;       // revoked or corrupt attempts retried
-  double seconds = 0.0;            // wall time of the whole pull, retries included
+  double seconds = 0.0;            // transfer wall time, retries included, waiting excluded
+  double wait_seconds = 0.0;       // time spent waiting for a newer version to be published
   bool checksum_verified = false;  // the publisher's xxHash3 matched
 };
 
@@ -103,8 +107,7 @@ class Subscriber {
   Result<std::uint64_t> latest_version();
   // Waits until a version newer than `newer_than` is committed; returns it,
   // or kTimeout.
-  Result<std::uint64_t> wait_for_version(std::uint64_t newer_than,
-                                         std::chrono::milliseconds timeout);
+  Result<std::uint64_t> wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout);
   Result<PullResult> pull(const Destination& destination, const PullOptions& options = {});
 
   // The version last delivered by pull(); 0 before the first.

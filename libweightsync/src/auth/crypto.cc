@@ -27,7 +27,8 @@ Result<std::uint64_t> random_id() {
 Mac hmac_sha256(const std::string& key, const std::vector<std::uint8_t>& message) {
   Mac out{};
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message.data(), message.size(), out.data(), &len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message.data(), message.size(), out.data(),
+       &len);
   return out;
 }
 

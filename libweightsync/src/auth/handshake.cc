@@ -29,9 +29,10 @@ void send_error(const Socket& socket, ErrorCode code, const std::string& message
 
 }  // namespace
 
-Result<ServerHandshake> server_handshake(const Socket& socket, const std::string& secret,
-                                         Deadline deadline, std::uint64_t new_session_id,
-                                         const std::function<bool(std::uint64_t)>& data_session_ok) {
+Result<ServerHandshake> server_handshake(
+    const Socket& socket, const std::string& secret, Deadline deadline, std::uint64_t new_session_id,
+    const std::function<bool(std::uint64_t)>& data_session_ok,
+    const std::function<void(std::uint64_t)>& control_session_authenticated) {
   auto hello_frame = read_expected(socket, MsgType::kHello, kMaxRequestPayload, deadline, kClientPeer);
   if (!hello_frame.ok()) return hello_frame.status();
   auto hello = HelloMsg::decode(hello_frame->payload);
@@ -54,8 +55,9 @@ Result<ServerHandshake> server_handshake(const Socket& socket, const std::string
     Mac expected = hmac_sha256(secret, transcript("client", hello->role, hello->session_id,
                                                   hello->client_nonce, challenge.server_nonce));
     if (!constant_time_equal(expected, auth->client_mac)) {
-      std::string why = "authentication failed: the subscriber's secret does not match the publisher's "
-                        "(set the same WEIGHTSYNC_SECRET on both sides)";
+      std::string why =
+          "authentication failed: the subscriber's secret does not match the publisher's "
+          "(set the same WEIGHTSYNC_SECRET on both sides)";
       send_error(socket, ErrorCode::kAuthFailed, why, deadline);
       return Status(ErrorCode::kAuthFailed, why + "; client '" + hello->client_name + "'");
     }
@@ -66,11 +68,14 @@ Result<ServerHandshake> server_handshake(const Socket& socket, const std::string
     return Status(ErrorCode::kProtocolError, why);
   }
 
+  if (hello->role == Role::kControl) control_session_authenticated(session_id);
+
   WelcomeMsg welcome;
   welcome.session_id = session_id;
   if (challenge.auth_required) {
-    welcome.server_mac = hmac_sha256(secret, transcript("server", hello->role, hello->session_id,
-                                                        hello->client_nonce, challenge.server_nonce));
+    // The server's proof covers the session id it hands out, so it cannot be swapped in transit.
+    welcome.server_mac = hmac_sha256(
+        secret, transcript("server", hello->role, session_id, hello->client_nonce, challenge.server_nonce));
   }
   s = write_frame(socket, MsgType::kWelcome, welcome.encode(), deadline, kClientPeer);
   if (!s.ok()) return s;
@@ -106,8 +111,8 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
 
   AuthMsg auth;
   if (challenge->auth_required) {
-    auth.client_mac = hmac_sha256(secret, transcript("client", role, session_id, hello.client_nonce,
-                                                     challenge->server_nonce));
+    auth.client_mac = hmac_sha256(
+        secret, transcript("client", role, session_id, hello.client_nonce, challenge->server_nonce));
   }
   s = write_frame(socket, MsgType::kAuth, auth.encode(), deadline, kServerPeer);
   if (!s.ok()) return s;
@@ -117,11 +122,10 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
   auto welcome = WelcomeMsg::decode(welcome_frame->payload);
   if (!welcome.ok()) return welcome.status();
   if (challenge->auth_required) {
-    Mac expected = hmac_sha256(secret, transcript("server", role, session_id, hello.client_nonce,
-                                                  challenge->server_nonce));
+    Mac expected = hmac_sha256(
+        secret, transcript("server", role, welcome->session_id, hello.client_nonce, challenge->server_nonce));
     if (!constant_time_equal(expected, welcome->server_mac)) {
-      return Status(ErrorCode::kAuthFailed,
-                    "the publisher could not prove it knows the secret; refusing it");
+      return Status(ErrorCode::kAuthFailed, "the publisher could not prove it knows the secret; refusing it");
     }
   }
   if (welcome->session_id == 0 || (role == Role::kData && welcome->session_id != session_id)) {

@@ -22,10 +22,13 @@ struct ServerHandshake {
 };
 
 // `data_session_ok` says whether a data connection may join the control
-// session it names. `new_session_id` is the id handed to a control connection.
-Result<ServerHandshake> server_handshake(const Socket& socket, const std::string& secret,
-                                         Deadline deadline, std::uint64_t new_session_id,
-                                         const std::function<bool(std::uint64_t)>& data_session_ok);
+// session it names. `new_session_id` is the id handed to a control connection;
+// `control_session_authenticated` runs with it after the client proved the
+// secret and before WELCOME is sent.
+Result<ServerHandshake> server_handshake(
+    const Socket& socket, const std::string& secret, Deadline deadline, std::uint64_t new_session_id,
+    const std::function<bool(std::uint64_t)>& data_session_ok,
+    const std::function<void(std::uint64_t)>& control_session_authenticated);
 
 // Returns the session id. kAuthFailed when either side cannot prove the secret.
 Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& secret, Role role,

@@ -12,12 +12,20 @@ StreamHasher::StreamHasher() : state_(XXH3_createState()) {
   reset();
 }
 
-StreamHasher::~StreamHasher() { XXH3_freeState(state_); }
+StreamHasher::~StreamHasher() {
+  XXH3_freeState(state_);
+}
 
-void StreamHasher::reset() { XXH3_64bits_reset(state_); }
+void StreamHasher::reset() {
+  XXH3_64bits_reset(state_);
+}
 
-void StreamHasher::update(const void* data, std::size_t bytes) { XXH3_64bits_update(state_, data, bytes); }
+void StreamHasher::update(const void* data, std::size_t bytes) {
+  XXH3_64bits_update(state_, data, bytes);
+}
 
-std::uint64_t StreamHasher::digest() const { return XXH3_64bits_digest(state_); }
+std::uint64_t StreamHasher::digest() const {
+  return XXH3_64bits_digest(state_);
+}
 
 }  // namespace weightsync::detail

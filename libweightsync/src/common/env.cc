@@ -25,25 +25,27 @@ std::optional<LogLevel> parse_log_level(std::string_view text) noexcept {
 }
 
 namespace {
+constexpr long kMaxMillis = 86'400'000;  // one day
+
 const char* env_value(const char* name) {
   const char* raw = std::getenv(name);
   return (raw != nullptr && *raw != '\0') ? raw : nullptr;
 }
 }  // namespace
 
-Result<Setting<std::string>> resolve_string(const std::optional<std::string>& option,
-                                            const char* env_name, std::string fallback) {
+Result<Setting<std::string>> resolve_string(const std::optional<std::string>& option, const char* env_name,
+                                            std::string fallback) {
   if (option) return Setting<std::string>{*option, SettingSource::kOption};
   if (const char* raw = env_value(env_name)) return Setting<std::string>{raw, SettingSource::kEnvironment};
   return Setting<std::string>{std::move(fallback), SettingSource::kDefault};
 }
 
-Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name,
-                                    int fallback) {
+Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name, int fallback) {
   if (option) {
-    if (*option <= 0) {
-      return Status(ErrorCode::kInvalidConfig,
-                    std::string("timeout option for ") + env_name + " must be > 0 ms");
+    if (*option <= 0 || *option > kMaxMillis) {
+      return Status(ErrorCode::kInvalidConfig, std::string("timeout option (see ") + env_name +
+                                                   ") must be in [1, 86400000] ms, not " +
+                                                   std::to_string(*option));
     }
     return Setting<int>{*option, SettingSource::kOption};
   }
@@ -51,7 +53,7 @@ Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char
     errno = 0;
     char* end = nullptr;
     long value = std::strtol(raw, &end, 10);
-    if (errno != 0 || end == raw || *end != '\0' || value <= 0 || value > 86'400'000) {
+    if (errno != 0 || end == raw || *end != '\0' || value <= 0 || value > kMaxMillis) {
       return Status(ErrorCode::kInvalidConfig, std::string(env_name) + "='" + raw +
                                                    "' is not a whole number of milliseconds in "
                                                    "[1, 86400000]");
@@ -61,13 +63,14 @@ Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char
   return Setting<int>{fallback, SettingSource::kDefault};
 }
 
-Result<Setting<bool>> resolve_bool(const std::optional<bool>& option, const char* env_name,
-                                   bool fallback) {
+Result<Setting<bool>> resolve_bool(const std::optional<bool>& option, const char* env_name, bool fallback) {
   if (option) return Setting<bool>{*option, SettingSource::kOption};
   if (const char* raw = env_value(env_name)) {
     std::string_view v(raw);
-    if (v == "1" || v == "true" || v == "on" || v == "yes") return Setting<bool>{true, SettingSource::kEnvironment};
-    if (v == "0" || v == "false" || v == "off" || v == "no") return Setting<bool>{false, SettingSource::kEnvironment};
+    if (v == "1" || v == "true" || v == "on" || v == "yes")
+      return Setting<bool>{true, SettingSource::kEnvironment};
+    if (v == "0" || v == "false" || v == "off" || v == "no")
+      return Setting<bool>{false, SettingSource::kEnvironment};
     return Status(ErrorCode::kInvalidConfig,
                   std::string(env_name) + "='" + raw + "' is not a boolean (use 0 or 1)");
   }

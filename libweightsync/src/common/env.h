@@ -1,5 +1,5 @@
 // Settings resolution: explicit option > WEIGHTSYNC_* environment > default,
-// remembering where each value came from (for logs and weightsync-info).
+// remembering where each value came from (for the start-up logs).
 #pragma once
 
 #include <optional>
@@ -25,11 +25,9 @@ std::optional<LogLevel> parse_log_level(std::string_view text) noexcept;
 // Each returns the option if set, else the parsed environment variable if
 // present and non-empty, else the default. A malformed variable is
 // kInvalidConfig naming the variable and the accepted values.
-Result<Setting<std::string>> resolve_string(const std::optional<std::string>& option,
-                                            const char* env_name, std::string fallback);
-Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name,
-                                    int fallback);
-Result<Setting<bool>> resolve_bool(const std::optional<bool>& option, const char* env_name,
-                                   bool fallback);
+Result<Setting<std::string>> resolve_string(const std::optional<std::string>& option, const char* env_name,
+                                            std::string fallback);
+Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name, int fallback);
+Result<Setting<bool>> resolve_bool(const std::optional<bool>& option, const char* env_name, bool fallback);
 
 }  // namespace weightsync::detail

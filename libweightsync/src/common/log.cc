@@ -32,9 +32,13 @@ std::atomic<int>& level_storage() noexcept {
 
 }  // namespace
 
-void set_log_level(LogLevel level) noexcept { level_storage().store(static_cast<int>(level)); }
+void set_log_level(LogLevel level) noexcept {
+  level_storage().store(static_cast<int>(level));
+}
 
-LogLevel log_level() noexcept { return static_cast<LogLevel>(level_storage().load()); }
+LogLevel log_level() noexcept {
+  return static_cast<LogLevel>(level_storage().load());
+}
 
 const char* to_string(LogLevel level) noexcept {
   switch (level) {

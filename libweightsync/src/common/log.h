@@ -15,11 +15,11 @@ void log_write(LogLevel level, std::string_view message) noexcept;
 
 }  // namespace weightsync::detail
 
-#define WS_LOG(level, ...)                                                          \
-  do {                                                                              \
-    if (::weightsync::detail::log_enabled(level)) {                                 \
-      ::weightsync::detail::log_write(level, ::fmt::format(__VA_ARGS__));           \
-    }                                                                               \
+#define WS_LOG(level, ...)                                                \
+  do {                                                                    \
+    if (::weightsync::detail::log_enabled(level)) {                       \
+      ::weightsync::detail::log_write(level, ::fmt::format(__VA_ARGS__)); \
+    }                                                                     \
   } while (0)
 #define WS_ERROR(...) WS_LOG(::weightsync::LogLevel::kError, __VA_ARGS__)
 #define WS_WARN(...) WS_LOG(::weightsync::LogLevel::kWarn, __VA_ARGS__)

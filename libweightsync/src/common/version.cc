@@ -2,5 +2,7 @@
 #include "weightsync/version.h"
 
 namespace weightsync {
-const char* version() noexcept { return WEIGHTSYNC_VERSION_STRING; }
+const char* version() noexcept {
+  return WEIGHTSYNC_VERSION_STRING;
+}
 }  // namespace weightsync

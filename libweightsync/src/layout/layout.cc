@@ -64,15 +64,14 @@ bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
 
 }  // namespace
 
-Result<WeightLayout> WeightLayout::build(std::vector<TensorSpec> specs, std::size_t alignment) {
+Result<WeightLayout> WeightLayout::build(std::vector<TensorSpec> specs, std::size_t alignment) try {
   if (specs.empty()) return bad_layout("it has no tensors");
   if (specs.size() > kMaxTensors) {
     return bad_layout("it has " + std::to_string(specs.size()) + " tensors, more than " +
                       std::to_string(kMaxTensors));
   }
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kMaxAlignment) {
-    return bad_layout("alignment " + std::to_string(alignment) +
-                      " is not a power of two in [1, 1 MiB]");
+    return bad_layout("alignment " + std::to_string(alignment) + " is not a power of two in [1, 1 MiB]");
   }
 
   WeightLayout layout;
@@ -108,8 +107,7 @@ Result<WeightLayout> WeightLayout::build(std::vector<TensorSpec> specs, std::siz
     std::uint64_t bytes = 0;
     std::uint64_t aligned = 0;
     std::uint64_t end = 0;
-    if (mul_overflows(numel, elem, &bytes) ||
-        add_overflows(cursor, alignment - 1, &aligned)) {
+    if (mul_overflows(numel, elem, &bytes) || add_overflows(cursor, alignment - 1, &aligned)) {
       return bad_layout("tensor '" + spec.name + "' overflows a 64-bit region");
     }
     aligned &= ~static_cast<std::uint64_t>(alignment - 1);
@@ -127,6 +125,8 @@ Result<WeightLayout> WeightLayout::build(std::vector<TensorSpec> specs, std::siz
   if (add_overflows(cursor, alignment - 1, &total)) return bad_layout("total size overflows 64 bits");
   layout.total_bytes_ = total & ~static_cast<std::uint64_t>(alignment - 1);
   return layout;
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("WeightLayout::build: ") + e.what());
 }
 
 const TensorEntry* WeightLayout::find(const std::string& name) const {
@@ -139,8 +139,8 @@ bool WeightLayout::operator==(const WeightLayout& other) const {
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& a = tensors_[i];
     const auto& b = other.tensors_[i];
-    if (a.spec.name != b.spec.name || a.spec.dtype != b.spec.dtype ||
-        a.spec.shape != b.spec.shape || a.offset != b.offset || a.bytes != b.bytes) {
+    if (a.spec.name != b.spec.name || a.spec.dtype != b.spec.dtype || a.spec.shape != b.spec.shape ||
+        a.offset != b.offset || a.bytes != b.bytes) {
       return false;
     }
   }
@@ -162,7 +162,7 @@ std::vector<std::uint8_t> WeightLayout::serialize() const {
   return w.take();
 }
 
-Result<WeightLayout> WeightLayout::deserialize(const void* data, std::size_t size) {
+Result<WeightLayout> WeightLayout::deserialize(const void* data, std::size_t size) try {
   detail::ByteReader r(data, size);
   std::uint32_t magic = 0, alignment = 0, count = 0;
   std::uint16_t encoding = 0;
@@ -195,6 +195,8 @@ Result<WeightLayout> WeightLayout::deserialize(const void* data, std::size_t siz
   }
   if (r.remaining() != 0) return bad_layout("encoded layout has trailing bytes");
   return build(std::move(specs), alignment);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("WeightLayout::deserialize: ") + e.what());
 }
 
 }  // namespace weightsync

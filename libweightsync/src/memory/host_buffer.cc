@@ -18,15 +18,16 @@ const char* to_string(MemoryKind kind) noexcept {
   return "unknown";
 }
 
-Result<HostBuffer> HostBuffer::allocate(std::size_t bytes, bool lock) {
+Result<HostBuffer> HostBuffer::allocate(std::size_t bytes, bool lock) try {
   if (bytes == 0) return Status(ErrorCode::kInvalidArgument, "HostBuffer::allocate: size must be > 0");
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  if (bytes > SIZE_MAX - page) return Status(ErrorCode::kInvalidArgument, "HostBuffer::allocate: size overflows");
+  if (bytes > SIZE_MAX - page)
+    return Status(ErrorCode::kInvalidArgument, "HostBuffer::allocate: size overflows");
   const std::size_t mapped = (bytes + page - 1) / page * page;
   void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
-    return Status(ErrorCode::kInvalidConfig, "cannot map " + std::to_string(bytes) +
-                                                 " bytes of host memory: " + std::strerror(errno));
+    return Status(ErrorCode::kInvalidConfig,
+                  "cannot map " + std::to_string(bytes) + " bytes of host memory: " + std::strerror(errno));
   }
   HostBuffer buffer;
   buffer.data_ = p;
@@ -36,13 +37,14 @@ Result<HostBuffer> HostBuffer::allocate(std::size_t bytes, bool lock) {
     if (::mlock(p, mapped) != 0) {
       int err = errno;
       return Status(ErrorCode::kInvalidConfig,
-                    "cannot lock " + std::to_string(mapped) + " bytes in RAM (" +
-                        std::strerror(err) +
+                    "cannot lock " + std::to_string(mapped) + " bytes in RAM (" + std::strerror(err) +
                         "); raise RLIMIT_MEMLOCK (ulimit -l) or set lock_memory = false");
     }
     buffer.locked_ = true;
   }
   return buffer;
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("HostBuffer::allocate: ") + e.what());
 }
 
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
@@ -66,7 +68,9 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
   return *this;
 }
 
-HostBuffer::~HostBuffer() { reset(); }
+HostBuffer::~HostBuffer() {
+  reset();
+}
 
 void HostBuffer::reset() noexcept {
   if (data_ != nullptr) {

@@ -18,15 +18,18 @@
 namespace weightsync::detail {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 Status lost(const char* peer, const std::string& what) {
   return Status(ErrorCode::kConnectionLost, std::string(peer) + " " + what);
 }
 
 Status timed_out(const char* peer, const char* doing) {
-  return Status(ErrorCode::kTimeout, std::string("timed out ") + doing + " " + peer +
-                                         " (peer stalled or overloaded; raise WEIGHTSYNC_TIMEOUT_MS if it is just slow)");
+  return Status(ErrorCode::kTimeout,
+                std::string("timed out ") + doing + " " + peer +
+                    " (peer stalled or overloaded; raise WEIGHTSYNC_TIMEOUT_MS if it is just slow)");
 }
 
 // Waits for `events` on fd. OK when ready; kTimeout; kConnectionLost on error.
@@ -43,7 +46,9 @@ Status poll_for(int fd, short events, Deadline deadline, const char* peer, const
   }
 }
 
-bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+bool would_block(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
+}
 
 // Drops `n` consumed bytes from the front of an iovec array.
 void advance(iovec*& iov, std::size_t& count, std::size_t n) {
@@ -175,8 +180,8 @@ Result<Socket> connect_tcp(const HostPort& target, Deadline deadline) {
     return s;
   }
   ::freeaddrinfo(found);
-  return Status(ErrorCode::kConnectionLost, "cannot connect to publisher at " + target.to_string() +
-                                                ": " + last_error +
+  return Status(ErrorCode::kConnectionLost, "cannot connect to publisher at " + target.to_string() + ": " +
+                                                last_error +
                                                 " (is the publisher running, and is the port right?)");
 }
 
@@ -189,8 +194,8 @@ Result<Socket> listen_tcp(const std::string& bind_host, std::uint16_t port) {
   const std::string port_text = std::to_string(port);
   int gai = ::getaddrinfo(bind_host.c_str(), port_text.c_str(), &hints, &found);
   if (gai != 0) {
-    return Status(ErrorCode::kInvalidConfig, "bind address '" + bind_host +
-                                                 "' is not a numeric IP address: " + ::gai_strerror(gai));
+    return Status(ErrorCode::kInvalidConfig,
+                  "bind address '" + bind_host + "' is not a numeric IP address: " + ::gai_strerror(gai));
   }
   Socket s(::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol));
   if (!s.valid()) {
@@ -202,8 +207,8 @@ Result<Socket> listen_tcp(const std::string& bind_host, std::uint16_t port) {
   if (::bind(s.fd(), found->ai_addr, found->ai_addrlen) != 0 || ::listen(s.fd(), 128) != 0) {
     int err = errno;
     ::freeaddrinfo(found);
-    return Status(ErrorCode::kInvalidConfig, "cannot listen on " + bind_host + ":" + port_text + ": " +
-                                                 errno_text(err));
+    return Status(ErrorCode::kInvalidConfig,
+                  "cannot listen on " + bind_host + ":" + port_text + ": " + errno_text(err));
   }
   ::freeaddrinfo(found);
   return s;
@@ -265,8 +270,8 @@ Status send_all(const Socket& socket, const void* data, std::size_t bytes, Deadl
   return send_iov(socket, &one, 1, deadline, peer);
 }
 
-Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline,
-                const char* peer, int stall_ms) {
+Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
+                int stall_ms) {
   advance(iov, count, 0);
   while (count > 0) {
     msghdr msg{};
@@ -292,8 +297,7 @@ Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline de
   return Status();
 }
 
-Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline deadline,
-                const char* peer) {
+Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline deadline, const char* peer) {
   auto* p = static_cast<char*>(data);
   while (bytes > 0) {
     ssize_t n = ::recv(socket.fd(), p, bytes, MSG_DONTWAIT);
@@ -333,8 +337,8 @@ Status recv_iov(const Socket& socket, iovec* iov, std::size_t count, int stall_m
     }
     if (n == 0) return lost(peer, "closed the connection in the middle of a transfer");
     if (would_block(errno)) {
-      Status s = poll_for(socket.fd(), POLLIN, Deadline::after(std::chrono::milliseconds(stall_ms)),
-                          peer, "receiving data from");
+      Status s = poll_for(socket.fd(), POLLIN, Deadline::after(std::chrono::milliseconds(stall_ms)), peer,
+                          "receiving data from");
       if (!s.ok()) return s;
       continue;
     }

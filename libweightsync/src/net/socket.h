@@ -65,10 +65,9 @@ Status send_all(const Socket& socket, const void* data, std::size_t bytes, Deadl
 // Sends every byte described by iov[0..count); the array is consumed. With
 // stall_ms > 0 each wait for buffer space is also bounded by stall_ms, so a
 // long transfer is limited by progress rather than by total time.
-Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline,
-                const char* peer, int stall_ms = 0);
-Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline deadline,
-                const char* peer);
+Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
+                int stall_ms = 0);
+Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline deadline, const char* peer);
 // Receives into iov[0..count) in order; the array is consumed. on_bytes is
 // called for each piece as it lands (for streaming checksums and progress).
 // stall_ms bounds the wait for each next byte, not the whole transfer.

@@ -1,6 +1,7 @@
 // The control-plane request loop of one subscriber session.
 #include <algorithm>
 
+#include "common/log.h"
 #include "publisher/connection_handlers.h"
 #include "wire/frame_io.h"
 
@@ -28,7 +29,7 @@ Status reply_error(const HandlerContext& ctx, ErrorCode code, const std::string&
 Status serve_control(const HandlerContext& ctx) {
   SlotRing& ring = *ctx.state->ring;
   while (!ctx.stopping->load()) {
-    auto frame = read_frame(*ctx.socket, kMaxRequestPayload, Deadline::never(), io_deadline(ctx), kPeer);
+    auto frame = read_request(*ctx.socket, kMaxRequestPayload, ctx.io_timeout_ms, kPeer);
     if (!frame.ok()) {
       if (frame.status().code() == ErrorCode::kProtocolError) {
         return reply_error(ctx, ErrorCode::kProtocolError, frame.status().message());
@@ -36,14 +37,17 @@ Status serve_control(const HandlerContext& ctx) {
       return frame.status();
     }
     Status sent;
+    WS_LOG(LogLevel::kTrace, "publisher: session {:x}: {}", ctx.session, to_string(frame->type));
     switch (frame->type) {
       case MsgType::kGetLayout: {
-        if (!frame->payload.empty()) return reply_error(ctx, ErrorCode::kProtocolError, "GET_LAYOUT has a payload");
+        if (!frame->payload.empty())
+          return reply_error(ctx, ErrorCode::kProtocolError, "GET_LAYOUT has a payload");
         sent = reply(ctx, MsgType::kLayout, LayoutMsg{ctx.state->layout->serialize()}.encode());
         break;
       }
       case MsgType::kGetSlotTable: {
-        if (!frame->payload.empty()) return reply_error(ctx, ErrorCode::kProtocolError, "GET_SLOT_TABLE has a payload");
+        if (!frame->payload.empty())
+          return reply_error(ctx, ErrorCode::kProtocolError, "GET_SLOT_TABLE has a payload");
         SlotTableMsg table;
         table.slot_count = static_cast<std::uint32_t>(ring.slot_count());
         table.slot_bytes = ring.slot_bytes();
@@ -70,10 +74,12 @@ Status serve_control(const HandlerContext& ctx) {
         if (!grant.ok()) {
           // A refused lease (nothing newer yet, too many leases) is an answer,
           // not a broken connection.
-          sent = reply(ctx, MsgType::kError, ErrorMsg{grant.status().code(), grant.status().message()}.encode());
+          sent =
+              reply(ctx, MsgType::kError, ErrorMsg{grant.status().code(), grant.status().message()}.encode());
           break;
         }
-        LeaseMsg lease{grant->lease_id, grant->version, grant->slot, grant->stamp, grant->has_checksum, grant->checksum};
+        LeaseMsg lease{grant->lease_id, grant->version,      grant->slot,
+                       grant->stamp,    grant->has_checksum, grant->checksum};
         sent = reply(ctx, MsgType::kLease, lease.encode());
         break;
       }
@@ -83,8 +89,7 @@ Status serve_control(const HandlerContext& ctx) {
         ring.release(ctx.session, release->lease_id);  // no reply by design
         break;
       }
-      case MsgType::kBye:
-        return Status();
+      case MsgType::kBye: return Status();
       default:
         return reply_error(ctx, ErrorCode::kProtocolError,
                            std::string("unexpected ") + to_string(frame->type) + " on a control connection");

@@ -13,6 +13,7 @@
 #include "net/socket.h"
 #include "publisher/server.h"
 #include "ring/slot_ring.h"
+#include "wire/frame.h"
 
 namespace weightsync {
 
@@ -71,7 +72,8 @@ Publisher::~Publisher() {
 
 Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, PublisherOptions options) try {
   if (options.slot_memory != MemoryKind::kHost) {
-    return Status(ErrorCode::kInvalidConfig, std::string("slot memory kind '") + to_string(options.slot_memory) +
+    return Status(ErrorCode::kInvalidConfig, std::string("slot memory kind '") +
+                                                 to_string(options.slot_memory) +
                                                  "' is not supported by this build (host memory only)");
   }
   auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
@@ -81,11 +83,22 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   for (const Status* s : {&secret.status(), &bind.status(), &timeout.status(), &checksum.status()}) {
     if (!s->ok()) return *s;
   }
+  if (options.max_connections == 0) {
+    return Status(ErrorCode::kInvalidConfig, "max_connections must be at least 1");
+  }
+  // Subscribers receive the layout in one reply frame; it must fit.
+  if (layout.serialize().size() + 64 > detail::kMaxReplyPayload) {
+    return Status(ErrorCode::kInvalidArgument, "the layout's encoding exceeds the protocol's " +
+                                                   std::to_string(detail::kMaxReplyPayload) +
+                                                   "-byte reply limit; use fewer tensors or shorter names");
+  }
+  if (bind->value == "localhost") bind->value = "127.0.0.1";
   if (secret->value.empty() && !detail::is_loopback_host(bind->value)) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "refusing to listen on non-loopback address '" + bind->value +
-                      "' without a secret: anyone on the network could read the weights. Set "
-                      "WEIGHTSYNC_SECRET (or PublisherOptions::secret) on the publisher and every subscriber");
+    return Status(
+        ErrorCode::kInvalidConfig,
+        "refusing to listen on non-loopback address '" + bind->value +
+            "' without a secret: anyone on the network could read the weights. Set "
+            "WEIGHTSYNC_SECRET (or PublisherOptions::secret) on the publisher and every subscriber");
   }
 
   auto impl = std::make_unique<Impl>(std::move(layout));
@@ -111,28 +124,41 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   if (secret->value.empty()) {
     WS_INFO("publisher: no secret configured; listening on loopback {} only", impl->bind_host);
   }
-  WS_INFO("publisher: {}:{} (bind from {}), {} slots x {} bytes, checksums {} (from {}), io timeout {} ms (from {}), "
-          "auth {} (from {})",
-          impl->bind_host, impl->port, detail::to_string(bind->source), options.slots,
-          impl->layout.total_bytes(), impl->checksums ? "on" : "off", detail::to_string(checksum->source),
-          timeout->value, detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
-          detail::to_string(secret->source));
+  WS_INFO(
+      "publisher: {}:{} (bind from {}), {} slots x {} bytes, checksums {} (from {}), io timeout {} ms (from "
+      "{}), "
+      "auth {} (from {})",
+      impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
+      impl->checksums ? "on" : "off", detail::to_string(checksum->source), timeout->value,
+      detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
+      detail::to_string(secret->source));
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Publisher::create: ") + e.what());
 }
 
-const WeightLayout& Publisher::layout() const noexcept { return impl_->layout; }
+const WeightLayout& Publisher::layout() const noexcept {
+  return impl_->layout;
+}
 
-std::string Publisher::address() const { return detail::HostPort{impl_->bind_host, impl_->port}.to_string(); }
+std::string Publisher::address() const {
+  return detail::HostPort{impl_->bind_host, impl_->port}.to_string();
+}
 
-std::uint16_t Publisher::port() const noexcept { return impl_->port; }
+std::uint16_t Publisher::port() const noexcept {
+  return impl_->port;
+}
 
-std::size_t Publisher::slot_count() const noexcept { return impl_->ring->slot_count(); }
+std::size_t Publisher::slot_count() const noexcept {
+  return impl_->ring->slot_count();
+}
 
-std::uint64_t Publisher::latest_version() const noexcept { return impl_->ring->latest_version(); }
+std::uint64_t Publisher::latest_version() const noexcept {
+  return impl_->ring->latest_version();
+}
 
-Result<PublishResult> Publisher::publish(std::uint64_t version, const std::vector<TensorSource>& tensors) try {
+Result<PublishResult> Publisher::publish(std::uint64_t version,
+                                         const std::vector<TensorSource>& tensors) try {
   const auto start = std::chrono::steady_clock::now();
   const WeightLayout& layout = impl_->layout;
   if (tensors.size() != layout.tensors().size()) {
@@ -144,12 +170,15 @@ Result<PublishResult> Publisher::publish(std::uint64_t version, const std::vecto
   std::vector<const TensorSource*> by_index(layout.tensors().size(), nullptr);
   for (const auto& t : tensors) {
     const TensorEntry* entry = layout.find(t.name);
-    if (entry == nullptr) return Status(ErrorCode::kInvalidArgument, "publish(): unknown tensor '" + t.name + "'");
+    if (entry == nullptr)
+      return Status(ErrorCode::kInvalidArgument, "publish(): unknown tensor '" + t.name + "'");
     const std::size_t index = static_cast<std::size_t>(entry - layout.tensors().data());
-    if (by_index[index] != nullptr) return Status(ErrorCode::kInvalidArgument, "publish(): tensor '" + t.name + "' given twice");
+    if (by_index[index] != nullptr)
+      return Status(ErrorCode::kInvalidArgument, "publish(): tensor '" + t.name + "' given twice");
     if (t.bytes != entry->bytes || t.data == nullptr) {
-      return Status(ErrorCode::kInvalidArgument, "publish(): tensor '" + t.name + "' has " + std::to_string(t.bytes) +
-                                                     " bytes; the layout says " + std::to_string(entry->bytes));
+      return Status(ErrorCode::kInvalidArgument, "publish(): tensor '" + t.name + "' has " +
+                                                     std::to_string(t.bytes) + " bytes; the layout says " +
+                                                     std::to_string(entry->bytes));
     }
     by_index[index] = &t;
   }
@@ -169,7 +198,8 @@ Result<PublishResult> Publisher::publish(std::uint64_t version, const std::vecto
       if (hasher) hasher->update(base + entry.offset + done, n);
     }
   }
-  return impl_->finish(*r, version, start, hasher ? std::optional<std::uint64_t>(hasher->digest()) : std::nullopt);
+  return impl_->finish(*r, version, start,
+                       hasher ? std::optional<std::uint64_t>(hasher->digest()) : std::nullopt);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Publisher::publish: ") + e.what());
 }
@@ -189,10 +219,12 @@ Result<PublishResult> Publisher::publish(std::uint64_t version, const void* data
   return Status(ErrorCode::kInternal, std::string("Publisher::publish: ") + e.what());
 }
 
-Result<SlotWriter> Publisher::begin_publish(std::uint64_t version) {
+Result<SlotWriter> Publisher::begin_publish(std::uint64_t version) try {
   auto r = impl_->reserve(version);
   if (!r.ok()) return r.status();
   return SlotWriter(this, version, r->slot, r->data, impl_->layout.total_bytes(), r->revoked);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::begin_publish: ") + e.what());
 }
 
 PublisherStats Publisher::stats() const {
@@ -211,11 +243,22 @@ PublisherStats Publisher::stats() const {
 
 SlotWriter::SlotWriter(Publisher* owner, std::uint64_t version, std::uint32_t slot, void* data,
                        std::size_t size, std::uint32_t revoked)
-    : owner_(owner), version_(version), slot_(slot), data_(data), size_(size), revoked_(revoked) {}
+    : owner_(owner),
+      version_(version),
+      slot_(slot),
+      data_(data),
+      size_(size),
+      revoked_(revoked),
+      started_(std::chrono::steady_clock::now()) {}
 
 SlotWriter::SlotWriter(SlotWriter&& other) noexcept
-    : owner_(other.owner_), version_(other.version_), slot_(other.slot_), data_(other.data_),
-      size_(other.size_), revoked_(other.revoked_) {
+    : owner_(other.owner_),
+      version_(other.version_),
+      slot_(other.slot_),
+      data_(other.data_),
+      size_(other.size_),
+      revoked_(other.revoked_),
+      started_(other.started_) {
   other.owner_ = nullptr;
 }
 
@@ -228,12 +271,15 @@ SlotWriter& SlotWriter::operator=(SlotWriter&& other) noexcept {
     data_ = other.data_;
     size_ = other.size_;
     revoked_ = other.revoked_;
+    started_ = other.started_;
     other.owner_ = nullptr;
   }
   return *this;
 }
 
-SlotWriter::~SlotWriter() { abandon(); }
+SlotWriter::~SlotWriter() {
+  abandon();
+}
 
 void SlotWriter::abandon() noexcept {
   if (owner_ == nullptr) return;
@@ -255,7 +301,7 @@ Result<PublishResult> SlotWriter::commit() {
   owner_ = nullptr;
   detail::Reservation r{slot_, revoked_, data_};
   try {
-    return owner->impl_->finish(r, version_, std::chrono::steady_clock::now(), std::nullopt);
+    return owner->impl_->finish(r, version_, started_, std::nullopt);
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal, std::string("SlotWriter::commit: ") + e.what());
   }

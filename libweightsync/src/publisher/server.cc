@@ -72,40 +72,56 @@ bool PublisherServer::session_alive(std::uint64_t session) {
 }
 
 void PublisherServer::accept_loop() {
-  while (!stopping_.load()) {
-    pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    int rc = ::poll(fds, 2, 1000);
-    if (rc < 0 && errno != EINTR) {
-      WS_ERROR("publisher: poll on the listening socket failed: {}", std::strerror(errno));
-      return;
+  try {
+    while (!stopping_.load()) {
+      pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+      int rc = ::poll(fds, 2, 1000);
+      if (rc < 0 && errno != EINTR) {
+        WS_ERROR("publisher: poll on the listening socket failed: {}; no new subscribers will be accepted",
+                 std::strerror(errno));
+        return;
+      }
+      if (rc > 0 && (fds[1].revents & POLLIN) != 0) {
+        char drain[64];
+        while (::read(wake_pipe_[0], drain, sizeof(drain)) > 0) {
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reap_finished_locked();
+      }
+      if (rc <= 0 || (fds[0].revents & POLLIN) == 0 || stopping_.load()) continue;
+      accept_one();
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      reap_finished_locked();
-    }
-    if (rc <= 0 || (fds[0].revents & POLLIN) == 0 || stopping_.load()) continue;
-    std::string peer;
-    auto accepted = accept_tcp(listener_, Deadline::after(std::chrono::milliseconds(0)), &peer);
-    if (!accepted.ok()) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (connections_.size() >= config_.max_connections) {
-      WS_WARN("publisher: refusing connection from {}: {} connections already open (max_connections)",
-              peer, connections_.size());
-      continue;  // the Socket closes as it goes out of scope
-    }
-    auto conn = std::make_unique<Connection>();
-    conn->socket = std::move(*accepted);
-    conn->peer = peer;
-    Connection* raw = conn.get();
-    try {
-      conn->thread = std::thread([this, raw] { serve(raw); });
-    } catch (const std::exception& e) {
-      WS_ERROR("publisher: cannot start a connection thread: {}", e.what());
-      continue;
-    }
-    connections_.push_back(std::move(conn));
-    counters_.connections_accepted.fetch_add(1);
+  } catch (const std::exception& e) {
+    WS_ERROR("publisher: acceptor thread failed: {}; no new subscribers will be accepted", e.what());
+  } catch (...) {
+    WS_ERROR("publisher: acceptor thread failed with an unknown exception");
   }
+}
+
+void PublisherServer::accept_one() {
+  std::string peer;
+  auto accepted = accept_tcp(listener_, Deadline::after(std::chrono::milliseconds(0)), &peer);
+  if (!accepted.ok()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (connections_.size() >= config_.max_connections) {
+    WS_WARN("publisher: refusing connection from {}: {} connections already open (max_connections)", peer,
+            connections_.size());
+    return;  // the Socket closes as it goes out of scope
+  }
+  connections_.push_back(std::make_unique<Connection>());
+  Connection* conn = connections_.back().get();
+  conn->socket = std::move(*accepted);
+  conn->peer = peer;
+  try {
+    conn->thread = std::thread([this, conn] { serve(conn); });
+  } catch (const std::exception& e) {
+    WS_ERROR("publisher: cannot start a connection thread for {}: {}", peer, e.what());
+    connections_.pop_back();
+    return;
+  }
+  counters_.connections_accepted.fetch_add(1);
 }
 
 void PublisherServer::serve(Connection* conn) {
@@ -114,10 +130,17 @@ void PublisherServer::serve(Connection* conn) {
   try {
     const Deadline handshake_deadline = Deadline::after(std::chrono::milliseconds(config_.io_timeout_ms));
     auto new_id = random_id();
-    Result<ServerHandshake> hs =
-        new_id.ok() ? server_handshake(conn->socket, config_.secret, handshake_deadline, *new_id,
-                                       [this](std::uint64_t s) { return session_alive(s); })
-                    : Result<ServerHandshake>(new_id.status());
+    Result<ServerHandshake> hs = new_id.ok() ? server_handshake(
+                                                   conn->socket, config_.secret, handshake_deadline, *new_id,
+                                                   [this](std::uint64_t s) { return session_alive(s); },
+                                                   [&](std::uint64_t s) {
+                                                     // Joinable before WELCOME leaves, so a data connection
+                                                     // opened right after it is never refused.
+                                                     std::lock_guard<std::mutex> lock(mu_);
+                                                     sessions_.insert(s);
+                                                     control_session = s;
+                                                   })
+                                             : Result<ServerHandshake>(new_id.status());
     if (!hs.ok()) {
       if (hs.status().code() == ErrorCode::kAuthFailed) {
         counters_.auth_failures.fetch_add(1);
@@ -127,19 +150,17 @@ void PublisherServer::serve(Connection* conn) {
         WS_INFO("publisher: handshake with {} failed: {}", conn->peer, hs.status().to_string());
       }
     } else {
-      HandlerContext ctx{&conn->socket, &state_, &counters_, hs->session_id, config_.io_timeout_ms, &stopping_};
+      HandlerContext ctx{&conn->socket,         &state_,   &counters_, hs->session_id,
+                         config_.io_timeout_ms, &stopping_};
       Status result;
       if (hs->role == Role::kControl) {
-        control_session = hs->session_id;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          sessions_.insert(control_session);
-        }
         WS_INFO("publisher: subscriber '{}' connected from {}", hs->client_name, conn->peer);
         result = serve_control(ctx);
       } else {
         result = serve_tcp_data(ctx);
       }
+      WS_DEBUG("publisher: {} connection from {} ended: {}", hs->role == Role::kControl ? "control" : "data",
+               conn->peer, result.to_string());
       if (!result.ok() && result.code() != ErrorCode::kConnectionLost && !stopping_.load()) {
         if (result.code() == ErrorCode::kProtocolError || result.code() == ErrorCode::kInvalidArgument) {
           counters_.protocol_errors.fetch_add(1);

@@ -62,6 +62,7 @@ class PublisherServer {
 
   PublisherServer(Socket listener, ServerConfig config, ServedState state);
   void accept_loop();
+  void accept_one();
   void serve(Connection* conn);
   void reap_finished_locked();
   bool session_alive(std::uint64_t session);

@@ -34,10 +34,15 @@ Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_
 
 Result<Reservation> SlotRing::reserve(std::uint64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (version == 0 || version <= latest_version_ || version > (UINT64_MAX >> 1)) {
+  if (version > (UINT64_MAX >> 1)) {
     return Status(ErrorCode::kInvalidArgument,
-                  "version " + std::to_string(version) + " is not greater than the latest published version " +
-                      std::to_string(latest_version_) + " (versions must strictly increase)");
+                  "version " + std::to_string(version) + " exceeds the maximum 2^63-1");
+  }
+  if (version == 0 || version <= latest_version_) {
+    return Status(ErrorCode::kInvalidArgument, "version " + std::to_string(version) +
+                                                   " is not greater than the latest published version " +
+                                                   std::to_string(latest_version_.load()) +
+                                                   " (versions must strictly increase)");
   }
   // Candidates: every slot but the newest and any being written. Prefer a slot
   // nobody reads, oldest version first; else apply the full-ring policy.
@@ -106,9 +111,8 @@ void SlotRing::abandon(std::uint32_t slot_index) {
   stamp(slot_index).store(0, std::memory_order_release);
 }
 
-std::uint64_t SlotRing::latest_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return latest_version_;
+std::uint64_t SlotRing::latest_version() const noexcept {
+  return latest_version_.load();
 }
 
 Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_than) {
@@ -117,7 +121,8 @@ Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_
   std::lock_guard<std::mutex> lock(mu_);
   if (newest_ < 0 || latest_version_ <= newer_than) {
     return Status(ErrorCode::kNotReady, "no version newer than " + std::to_string(newer_than) +
-                                            " is published yet (latest: " + std::to_string(latest_version_) + ")");
+                                            " is published yet (latest: " + std::to_string(latest_version_) +
+                                            ")");
   }
   std::size_t held = 0;
   for (const auto& [lease_id, lease] : leases_) held += lease.session == session ? 1 : 0;
@@ -125,9 +130,11 @@ Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_
     return Status(ErrorCode::kInvalidArgument, "this subscriber already holds " + std::to_string(held) +
                                                    " leases; release one before acquiring another");
   }
+  if (leases_.count(*id) != 0) return Status(ErrorCode::kBusy, "lease id collision; retry");
   Slot& slot = slots_[newest_];
-  LeaseGrant grant{*id, slot.version, static_cast<std::uint32_t>(newest_), slot.version << 1,
-                   slot.has_checksum, slot.checksum};
+  LeaseGrant grant{
+      *id,          slot.version, static_cast<std::uint32_t>(newest_), slot.version << 1, slot.has_checksum,
+      slot.checksum};
   leases_.emplace(grant.lease_id, Lease{session, grant.slot, grant.stamp, grant.version, false});
   ++slot.leases;
   ++granted_;

@@ -45,8 +45,8 @@ class SlotRing {
  public:
   static constexpr std::size_t kMaxLeasesPerSession = 8;
 
-  static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes,
-                                                  bool lock_memory, FullRingPolicy policy);
+  static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes, bool lock_memory,
+                                                  FullRingPolicy policy);
 
   std::size_t slot_count() const noexcept { return slots_.size(); }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
@@ -61,7 +61,7 @@ class SlotRing {
   void abandon(std::uint32_t slot);
 
   // --- any thread ---
-  std::uint64_t latest_version() const;
+  std::uint64_t latest_version() const noexcept;
   // Leases the newest version if it is newer than `newer_than`; kNotReady if not.
   Result<LeaseGrant> acquire(std::uint64_t session, std::uint64_t newer_than);
   // The lease, if it belongs to `session` and was not revoked. kVersionRevoked
@@ -86,7 +86,7 @@ class SlotRing {
     HostBuffer buffer;
     std::uint64_t version = 0;  // committed version held; 0 when empty
     bool writing = false;
-    std::uint32_t leases = 0;   // live (not revoked) leases
+    std::uint32_t leases = 0;  // live (not revoked) leases
     bool has_checksum = false;
     std::uint64_t checksum = 0;
   };
@@ -112,7 +112,7 @@ class SlotRing {
   std::condition_variable committed_cv_;
   bool stopping_ = false;
   int newest_ = -1;
-  std::uint64_t latest_version_ = 0;
+  std::atomic<std::uint64_t> latest_version_{0};  // written under mu_, read lock-free
   std::unordered_map<std::uint64_t, Lease> leases_;
   std::uint64_t published_ = 0, skipped_ = 0, revoked_ = 0, granted_ = 0;
 };

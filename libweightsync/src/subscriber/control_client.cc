@@ -22,10 +22,11 @@ Result<ControlClient> ControlClient::connect(const HostPort& publisher, const st
 
 Result<Frame> ControlClient::call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,
                                   int extra_wait_ms) {
-  Status s = write_frame(socket_, request, payload, Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
+  Status s = write_frame(socket_, request, payload,
+                         Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
   if (!s.ok()) return s;
-  return read_expected(socket_, reply, kMaxReplyPayload,
-                       Deadline::after(std::chrono::milliseconds(io_timeout_ms_ + extra_wait_ms)), kPeer);
+  const auto wait = std::chrono::milliseconds(static_cast<long long>(io_timeout_ms_) + extra_wait_ms);
+  return read_expected(socket_, reply, kMaxReplyPayload, Deadline::after(wait), kPeer);
 }
 
 Result<WeightLayout> ControlClient::get_layout() {
@@ -34,7 +35,8 @@ Result<WeightLayout> ControlClient::get_layout() {
   auto msg = LayoutMsg::decode(frame->payload);
   if (!msg.ok()) return msg.status();
   auto layout = WeightLayout::deserialize(msg->layout.data(), msg->layout.size());
-  if (!layout.ok()) return Status(ErrorCode::kProtocolError, "publisher sent a bad layout: " + layout.status().message());
+  if (!layout.ok())
+    return Status(ErrorCode::kProtocolError, "publisher sent a bad layout: " + layout.status().message());
   return layout;
 }
 

@@ -55,16 +55,14 @@ class Subscriber::Impl {
       case ErrorCode::kProtocolError:
       case ErrorCode::kTimeout:
       case ErrorCode::kAuthFailed:
-      case ErrorCode::kInternal:
-        return true;
-      default:
-        return false;
+      case ErrorCode::kInternal: return true;
+      default: return false;
     }
   }
 
   // Records the first connection-breaking error (it stays sticky).
-  void note_status(const Status& s) {
-    if (!s.ok() && breaks_connection(s) && sticky.ok()) {
+  void note_status(const Status& s, bool force = false) {
+    if (!s.ok() && (force || breaks_connection(s)) && sticky.ok()) {
       sticky = s;
       WS_WARN("subscriber: connection to the publisher is unusable: {}", sticky.to_string());
     }
@@ -78,15 +76,17 @@ class Subscriber::Impl {
 
   Result<std::vector<detail::ReadPiece>> plan_for(const Destination& dst) const {
     if (dst.memory_kind() != MemoryKind::kHost) {
-      return Status(ErrorCode::kInvalidConfig, std::string("destination memory kind '") + to_string(dst.memory_kind()) +
+      return Status(ErrorCode::kInvalidConfig, std::string("destination memory kind '") +
+                                                   to_string(dst.memory_kind()) +
                                                    "' is not supported by this build (host memory only)");
     }
     std::vector<detail::ReadPiece> plan;
     const auto& tensors = layout.tensors();
     if (dst.is_contiguous()) {
       if (dst.data() == nullptr || dst.bytes() < layout.total_bytes()) {
-        return Status(ErrorCode::kInvalidArgument, "contiguous destination has " + std::to_string(dst.bytes()) +
-                                                       " bytes; the layout needs " + std::to_string(layout.total_bytes()));
+        return Status(ErrorCode::kInvalidArgument,
+                      "contiguous destination has " + std::to_string(dst.bytes()) +
+                          " bytes; the layout needs " + std::to_string(layout.total_bytes()));
       }
       auto* base = static_cast<char*>(dst.data());
       for (const auto& t : tensors) {
@@ -102,18 +102,23 @@ class Subscriber::Impl {
     std::vector<void*> by_index(tensors.size(), nullptr);
     for (const auto& e : dst.entries()) {
       const TensorEntry* t = layout.find(e.name);
-      if (t == nullptr) return Status(ErrorCode::kInvalidArgument, "scatter destination names unknown tensor '" + e.name + "'");
+      if (t == nullptr)
+        return Status(ErrorCode::kInvalidArgument,
+                      "scatter destination names unknown tensor '" + e.name + "'");
       const std::size_t i = static_cast<std::size_t>(t - tensors.data());
-      if (by_index[i] != nullptr) return Status(ErrorCode::kInvalidArgument, "scatter destination names '" + e.name + "' twice");
+      if (by_index[i] != nullptr)
+        return Status(ErrorCode::kInvalidArgument, "scatter destination names '" + e.name + "' twice");
       if (e.data == nullptr || e.bytes != t->bytes) {
-        return Status(ErrorCode::kInvalidArgument, "scatter entry '" + e.name + "' has " + std::to_string(e.bytes) +
-                                                       " bytes; the tensor has " + std::to_string(t->bytes));
+        return Status(ErrorCode::kInvalidArgument, "scatter entry '" + e.name + "' has " +
+                                                       std::to_string(e.bytes) + " bytes; the tensor has " +
+                                                       std::to_string(t->bytes));
       }
       by_index[i] = e.data;
     }
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       if (by_index[i] == nullptr) {
-        return Status(ErrorCode::kInvalidArgument, "scatter destination is missing tensor '" + tensors[i].spec.name +
+        return Status(ErrorCode::kInvalidArgument, "scatter destination is missing tensor '" +
+                                                       tensors[i].spec.name +
                                                        "' (every tensor must be given once)");
       }
       plan.push_back(detail::ReadPiece{tensors[i].offset, tensors[i].bytes, by_index[i]});
@@ -141,27 +146,31 @@ class Subscriber::Impl {
       received += n;
       if (pull_options.on_progress) pull_options.on_progress(received, total);
     };
-    auto stamp_after = note(channel->read(request));
+    auto stamp_after = channel->read(request);
+    // The publisher closes a data connection after any refusal but a revoked version.
+    if (!stamp_after.ok())
+      note_status(stamp_after.status(), stamp_after.status().code() != ErrorCode::kVersionRevoked);
     // Release before judging the read, so the slot is free again at once.
     if (sticky.ok()) note_status(control.release(lease->lease_id));
     if (!stamp_after.ok()) return stamp_after.status();
     if (*stamp_after != lease->stamp) {
-      return Status(ErrorCode::kVersionRevoked, "version " + std::to_string(lease->version) +
-                                                    " was overwritten during the read (torn read detected and discarded)");
+      return Status(ErrorCode::kVersionRevoked,
+                    "version " + std::to_string(lease->version) +
+                        " was overwritten during the read (torn read detected and discarded)");
     }
     PullResult out;
     out.version = lease->version;
     out.bytes = received;
     if (hashing) {
       if (hasher.digest() != lease->checksum) {
-        return Status(ErrorCode::kChecksumMismatch, "checksum of version " + std::to_string(lease->version) +
-                                                        " does not match the publisher's (corrupted in transit)");
+        return Status(ErrorCode::kChecksumMismatch,
+                      "checksum of version " + std::to_string(lease->version) +
+                          " does not match the publisher's (corrupted in transit)");
       }
       out.checksum_verified = true;
     }
     return out;
   }
-
 };
 
 Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -172,14 +181,17 @@ Subscriber::~Subscriber() {
   impl_->control.bye();
 }
 
-Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& address, SubscriberOptions options) try {
+Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& address,
+                                                        SubscriberOptions options) try {
   auto target = detail::parse_host_port(address);
   if (!target.ok()) return target.status();
   auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
-  auto connect_timeout = detail::resolve_millis(options.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000);
+  auto connect_timeout =
+      detail::resolve_millis(options.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000);
   auto io_timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
   auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
-  for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status()}) {
+  for (const Status* s :
+       {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status()}) {
     if (!s->ok()) return *s;
   }
   if (transport->value != "auto" && transport->value != "tcp") {
@@ -203,12 +215,13 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   const bool tcp_offered = std::any_of(table->transports.begin(), table->transports.end(),
                                        [](const detail::TransportOffer& t) { return t.name == "tcp"; });
   if (!tcp_offered) {
-    return Status(ErrorCode::kInvalidConfig, "the publisher offers no data transport this subscriber supports");
+    return Status(ErrorCode::kInvalidConfig,
+                  "the publisher offers no data transport this subscriber supports");
   }
   const std::uint64_t session = control->session_id();
   auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
-  auto channel = detail::open_tcp_data_channel(detail::TcpChannelConfig{
-      *target, secret->value, session, options.client_name, connect_timeout->value});
+  auto channel = detail::open_tcp_data_channel(
+      detail::TcpChannelConfig{*target, secret->value, session, options.client_name, connect_timeout->value});
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;
@@ -223,12 +236,24 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());
 }
 
-const WeightLayout& Subscriber::layout() const noexcept { return impl_->layout; }
-std::size_t Subscriber::slot_count() const noexcept { return impl_->slot_count; }
-std::string Subscriber::transport() const { return impl_->channel->name(); }
-bool Subscriber::publisher_checksums() const noexcept { return impl_->checksums; }
-std::uint64_t Subscriber::held_version() const noexcept { return impl_->held_version; }
-Status Subscriber::status() const { return impl_->sticky; }
+const WeightLayout& Subscriber::layout() const noexcept {
+  return impl_->layout;
+}
+std::size_t Subscriber::slot_count() const noexcept {
+  return impl_->slot_count;
+}
+std::string Subscriber::transport() const {
+  return impl_->channel->name();
+}
+bool Subscriber::publisher_checksums() const noexcept {
+  return impl_->checksums;
+}
+std::uint64_t Subscriber::held_version() const noexcept {
+  return impl_->held_version;
+}
+Status Subscriber::status() const {
+  return impl_->sticky;
+}
 
 Result<std::uint64_t> Subscriber::latest_version() try {
   if (!impl_->sticky.ok()) return impl_->sticky;
@@ -237,15 +262,16 @@ Result<std::uint64_t> Subscriber::latest_version() try {
   return Status(ErrorCode::kInternal, std::string("Subscriber::latest_version: ") + e.what());
 }
 
-Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout) try {
+Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
+                                                   std::chrono::milliseconds timeout) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
   const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
   auto latest = impl_->note(impl_->control.query_version(newer_than, wait));
   if (!latest.ok()) return latest;
   if (*latest <= newer_than) {
     return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
-                                           std::to_string(timeout.count()) + " ms (latest: " +
-                                           std::to_string(*latest) + ")");
+                                           std::to_string(timeout.count()) +
+                                           " ms (latest: " + std::to_string(*latest) + ")");
   }
   return latest;
 } catch (const std::exception& e) {
@@ -261,11 +287,14 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
   const auto wait_until = start + options.wait;
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
+  std::chrono::steady_clock::duration waited{0};
   for (;;) {
     auto result = impl_->attempt(*plan, newer_than, options, hasher);
     if (result.ok()) {
       result->retries = retries;
-      result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      result->wait_seconds = std::chrono::duration<double>(waited).count();
+      result->seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
       impl_->held_version = result->version;
       return result;
     }
@@ -275,7 +304,9 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
       if (now >= wait_until) return result.status();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - now);
       auto latest = wait_for_version(newer_than, std::max(left, std::chrono::milliseconds(1)));
-      if (!latest.ok()) return latest.status().code() == ErrorCode::kTimeout ? result.status() : latest.status();
+      waited += std::chrono::steady_clock::now() - now;
+      if (!latest.ok())
+        return latest.status().code() == ErrorCode::kTimeout ? result.status() : latest.status();
       continue;
     }
     if ((code == ErrorCode::kVersionRevoked || code == ErrorCode::kChecksumMismatch) &&

@@ -45,8 +45,7 @@ class ByteWriter {
 
 class ByteReader {
  public:
-  ByteReader(const void* data, std::size_t size)
-      : p_(static_cast<const std::uint8_t*>(data)), left_(size) {}
+  ByteReader(const void* data, std::size_t size) : p_(static_cast<const std::uint8_t*>(data)), left_(size) {}
 
   std::size_t remaining() const { return left_; }
   bool u8(std::uint8_t* v) { return get(v); }

@@ -59,10 +59,10 @@ Result<FrameHeader> decode_header(const std::uint8_t in[kFrameHeaderBytes], std:
     return Status(ErrorCode::kProtocolError, "peer does not speak the weightsync protocol (bad frame magic)");
   }
   if (version != kProtocolVersion) {
-    return Status(ErrorCode::kProtocolError,
-                  "peer speaks weightsync protocol version " + std::to_string(version) +
-                      ", this library speaks " + std::to_string(kProtocolVersion) +
-                      "; run the same weightsync release on both sides");
+    return Status(ErrorCode::kProtocolError, "peer speaks weightsync protocol version " +
+                                                 std::to_string(version) + ", this library speaks " +
+                                                 std::to_string(kProtocolVersion) +
+                                                 "; run the same weightsync release on both sides");
   }
   if (!is_known(type)) {
     return Status(ErrorCode::kProtocolError, "unknown frame type " + std::to_string(type));

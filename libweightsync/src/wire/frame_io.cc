@@ -7,10 +7,12 @@ namespace weightsync::detail {
 
 Status write_frame(const Socket& socket, MsgType type, const std::vector<std::uint8_t>& payload,
                    Deadline deadline, const char* peer) {
+  if (payload.size() > UINT32_MAX) {
+    return Status(ErrorCode::kInternal, std::string("frame payload too large for ") + to_string(type));
+  }
   std::uint8_t header[kFrameHeaderBytes];
   encode_header(type, static_cast<std::uint32_t>(payload.size()), header);
-  iovec iov[2] = {{header, kFrameHeaderBytes},
-                  {const_cast<std::uint8_t*>(payload.data()), payload.size()}};
+  iovec iov[2] = {{header, kFrameHeaderBytes}, {const_cast<std::uint8_t*>(payload.data()), payload.size()}};
   return send_iov(socket, iov, payload.empty() ? 1 : 2, deadline, peer);
 }
 
@@ -31,6 +33,14 @@ Result<Frame> read_frame(const Socket& socket, std::uint32_t max_payload, Deadli
     if (!s.ok()) return s;
   }
   return frame;
+}
+
+Result<Frame> read_request(const Socket& socket, std::uint32_t max_payload, int io_timeout_ms,
+                           const char* peer) {
+  Status ready = wait_readable(socket, Deadline::never(), peer);
+  if (!ready.ok()) return ready;
+  const Deadline io = Deadline::after(std::chrono::milliseconds(io_timeout_ms));
+  return read_frame(socket, max_payload, io, io, peer);
 }
 
 Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_t max_payload,

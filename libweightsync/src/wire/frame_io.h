@@ -17,6 +17,12 @@ Status write_frame(const Socket& socket, MsgType type, const std::vector<std::ui
 Result<Frame> read_frame(const Socket& socket, std::uint32_t max_payload, Deadline idle, Deadline io,
                          const char* peer);
 
+// Server side: waits without limit (until data, EOF or shutdown) for the next
+// request to start, then reads the rest of it within io_timeout_ms counted
+// from its first byte.
+Result<Frame> read_request(const Socket& socket, std::uint32_t max_payload, int io_timeout_ms,
+                           const char* peer);
+
 // Reads one frame and, if it is an ERROR frame, turns it into its Status;
 // if it is not of type `expected`, a kProtocolError.
 Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_t max_payload,

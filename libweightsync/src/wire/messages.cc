@@ -10,7 +10,9 @@ Status malformed(const char* what) {
   return Status(ErrorCode::kProtocolError, std::string("malformed ") + what + " message");
 }
 
-bool finish(const ByteReader& r) { return r.remaining() == 0; }
+bool finish(const ByteReader& r) {
+  return r.remaining() == 0;
+}
 
 bool read_flag(ByteReader& r, bool* out) {
   std::uint8_t v = 0;
@@ -138,8 +140,8 @@ Result<SlotTableMsg> SlotTableMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   SlotTableMsg m;
   std::uint8_t count = 0;
-  if (!r.u32(&m.slot_count) || !r.u64(&m.slot_bytes) || !read_flag(r, &m.checksums) ||
-      !r.u8(&count) || count > kMaxTransports) {
+  if (!r.u32(&m.slot_count) || !r.u64(&m.slot_bytes) || !read_flag(r, &m.checksums) || !r.u8(&count) ||
+      count > kMaxTransports) {
     return malformed("SLOT_TABLE");
   }
   if (m.slot_count < 2 || m.slot_count > 1024 || m.slot_bytes == 0) return malformed("SLOT_TABLE (slots)");

@@ -71,8 +71,8 @@ struct LayoutMsg {
 };
 
 struct TransportOffer {
-  std::string name;                 // "tcp", later "ucx", "shm", "verbs"
-  std::vector<std::uint8_t> blob;   // opaque, transport-versioned connection info
+  std::string name;                // "tcp", later "ucx", "shm", "verbs"
+  std::vector<std::uint8_t> blob;  // opaque, transport-versioned connection info
 };
 
 struct SlotTableMsg {

@@ -20,7 +20,6 @@ class TcpDataChannel final : public DataChannel {
 
   Result<std::uint64_t> read(const ReadRequest& request) override {
     const auto& plan = *request.plan;
-    const Deadline io = Deadline::after(std::chrono::milliseconds(request.stall_ms));
     std::uint64_t stamp = request.stamp;
     // One READ per batch of ranges; the publisher streams each batch while we
     // receive it, so a batch is one pipelined transfer.
@@ -35,7 +34,8 @@ class TcpDataChannel final : public DataChannel {
         iov_.push_back(iovec{plan[i].dest, plan[i].length});
         total += plan[i].length;
       }
-      Status s = write_frame(socket_, MsgType::kRead, msg.encode(), io, kPeer);
+      Status s = write_frame(socket_, MsgType::kRead, msg.encode(),
+                             Deadline::after(std::chrono::milliseconds(request.stall_ms)), kPeer);
       if (!s.ok()) return s;
       auto data = read_expected(socket_, MsgType::kData, kMaxReplyPayload,
                                 Deadline::after(std::chrono::milliseconds(request.stall_ms)), kPeer);
@@ -75,8 +75,8 @@ Result<std::unique_ptr<DataChannel>> open_tcp_data_channel(const TcpChannelConfi
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(config.connect_timeout_ms));
   auto socket = connect_tcp(config.publisher, deadline);
   if (!socket.ok()) return socket.status();
-  auto session = client_handshake(*socket, config.secret, Role::kData, config.session_id,
-                                  config.client_name, deadline);
+  auto session =
+      client_handshake(*socket, config.secret, Role::kData, config.session_id, config.client_name, deadline);
   if (!session.ok()) return session.status();
   return std::unique_ptr<DataChannel>(new TcpDataChannel(std::move(*socket)));
 }

@@ -19,8 +19,9 @@ Status serve_tcp_data(const HandlerContext& ctx) {
   const std::uint64_t slot_bytes = ring.slot_bytes();
   std::vector<iovec> iov;
   while (!ctx.stopping->load()) {
-    const Deadline io = Deadline::after(std::chrono::milliseconds(ctx.io_timeout_ms));
-    auto frame = read_frame(*ctx.socket, kMaxRequestPayload, Deadline::never(), io, kPeer);
+    // Every write gets its own deadline: a transfer may take longer than the I/O timeout.
+    auto io = [&] { return Deadline::after(std::chrono::milliseconds(ctx.io_timeout_ms)); };
+    auto frame = read_request(*ctx.socket, kMaxRequestPayload, ctx.io_timeout_ms, kPeer);
     if (!frame.ok()) {
       if (frame.status().code() == ErrorCode::kProtocolError) {
         return reply_error(ctx, ErrorCode::kProtocolError, frame.status().message());
@@ -42,15 +43,17 @@ Status serve_tcp_data(const HandlerContext& ctx) {
       if (__builtin_add_overflow(range.offset, range.length, &end) || end > slot_bytes ||
           __builtin_add_overflow(total, range.length, &total)) {
         return reply_error(ctx, ErrorCode::kInvalidArgument,
-                           "READ range [" + std::to_string(range.offset) + ", +" + std::to_string(range.length) +
-                               ") is outside the " + std::to_string(slot_bytes) + "-byte slot");
+                           "READ range [" + std::to_string(range.offset) + ", +" +
+                               std::to_string(range.length) + ") is outside the " +
+                               std::to_string(slot_bytes) + "-byte slot");
       }
     }
     auto lease = ring.check_lease(ctx.session, read->lease_id);
     if (!lease.ok()) {
       if (lease.status().code() == ErrorCode::kVersionRevoked) {
-        Status s = write_frame(*ctx.socket, MsgType::kError,
-                               ErrorMsg{ErrorCode::kVersionRevoked, lease.status().message()}.encode(), io, kPeer);
+        Status s =
+            write_frame(*ctx.socket, MsgType::kError,
+                        ErrorMsg{ErrorCode::kVersionRevoked, lease.status().message()}.encode(), io(), kPeer);
         if (!s.ok()) return s;
         continue;
       }
@@ -58,14 +61,15 @@ Status serve_tcp_data(const HandlerContext& ctx) {
     }
     const std::uint64_t stamp_before = ring.stamp_before(lease->slot);
     if (stamp_before != lease->stamp) {
-      Status s = write_frame(*ctx.socket, MsgType::kError,
-                             ErrorMsg{ErrorCode::kVersionRevoked, "slot was rewritten before the read; pull again"}.encode(),
-                             io, kPeer);
+      Status s = write_frame(
+          *ctx.socket, MsgType::kError,
+          ErrorMsg{ErrorCode::kVersionRevoked, "slot was rewritten before the read; pull again"}.encode(),
+          io(), kPeer);
       if (!s.ok()) return s;
       continue;
     }
 
-    Status s = write_frame(*ctx.socket, MsgType::kData, DataMsg{total}.encode(), io, kPeer);
+    Status s = write_frame(*ctx.socket, MsgType::kData, DataMsg{total}.encode(), io(), kPeer);
     if (!s.ok()) return s;
     auto* base = static_cast<char*>(ring.slot_data(lease->slot));
     iov.clear();
@@ -74,7 +78,7 @@ Status serve_tcp_data(const HandlerContext& ctx) {
     if (!s.ok()) return s;
     const std::uint64_t stamp_after = ring.stamp_after(lease->slot);
     ctx.counters->bytes_served.fetch_add(total);
-    s = write_frame(*ctx.socket, MsgType::kDataEnd, DataEndMsg{stamp_after}.encode(), io, kPeer);
+    s = write_frame(*ctx.socket, MsgType::kDataEnd, DataEndMsg{stamp_after}.encode(), io(), kPeer);
     if (!s.ok()) return s;
   }
   return Status();

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages weightsync needs to build, test and run its
+# examples. Idempotent: does nothing (not even apt-get update) when they are
+# all present. Usage: scripts/install-deps.sh [extra-package ...]
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config   # toolchain
+  libfmt-dev                         # log formatting
+  libssl-dev                         # HMAC-SHA256 authentication, random nonces
+  libxxhash-dev                      # end-to-end checksums (xxHash3)
+  catch2                             # the test framework (v2)
+  libcli11-dev                       # command-line parsing in examples and tools
+  "$@"
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,57 @@
+// Helpers for the multi-process tests: start ws_test_peer as a publisher and
+// check a pulled image against the test pattern.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "patterns.h"
+#include "weightsync/weightsync.h"
+
+namespace wstest {
+
+inline std::string peer_path() {
+  return WS_TEST_PEER_PATH;
+}
+
+struct PeerPublisher {
+  ChildProcess process;
+  std::string address;
+};
+
+// Starts `ws_test_peer publish <args>` and waits for its address.
+inline PeerPublisher start_peer_publisher(std::vector<std::string> args) {
+  args.insert(args.begin(), {peer_path(), "publish"});
+  auto child = ChildProcess::spawn(args);
+  auto address = child.wait_for("ADDRESS ", std::chrono::seconds(20));
+  REQUIRE(address.has_value());
+  return PeerPublisher{std::move(child), *address};
+}
+
+// Offset of the first wrong byte in a contiguous image of `version`, or -1.
+inline std::int64_t image_mismatch(const weightsync::WeightLayout& layout, const void* image,
+                                   std::uint64_t version) {
+  for (const auto& t : layout.tensors()) {
+    auto bad = find_mismatch(static_cast<const char*>(image) + t.offset, t.bytes, version, t.offset);
+    if (bad >= 0) return static_cast<std::int64_t>(t.offset) + bad;
+  }
+  return -1;
+}
+
+inline weightsync::SubscriberOptions quick_options(int io_timeout_ms = 5000) {
+  weightsync::SubscriberOptions o;
+  o.connect_timeout_ms = 5000;
+  o.io_timeout_ms = io_timeout_ms;
+  o.client_name = "test";
+  return o;
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace wstest

@@ -1,0 +1,45 @@
+// ChildProcess: a real child process with pipes on stdin and stdout, for the
+// multi-process tests. read_line() waits with a timeout; the destructor kills
+// and reaps the child so a failing test never leaves one behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wstest {
+
+class ChildProcess {
+ public:
+  // Starts argv[0] (a path) with argv; stderr is inherited.
+  static ChildProcess spawn(const std::vector<std::string>& argv);
+
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&&) = delete;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  // The next line of stdout without its newline; nullopt on EOF or timeout.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout);
+  // Reads lines until one starts with `prefix`; returns the rest of it.
+  std::optional<std::string> wait_for(const std::string& prefix, std::chrono::milliseconds timeout);
+  // Writes `line` and a newline to the child's stdin.
+  void write_line(const std::string& line);
+  void close_stdin();
+  void signal(int sig);
+  // Exit code, or 128 + signal; nullopt if it did not exit in time.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+
+ private:
+  ChildProcess(pid_t pid, int in_fd, int out_fd) : pid_(pid), in_fd_(in_fd), out_fd_(out_fd) {}
+  pid_t pid_ = -1;
+  int in_fd_ = -1;
+  int out_fd_ = -1;
+  std::string buffer_;
+  bool reaped_ = false;
+};
+
+}  // namespace wstest

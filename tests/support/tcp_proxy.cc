@@ -1,0 +1,94 @@
+// FaultyProxy over plain sockets: one thread per direction per connection.
+#include "tcp_proxy.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+namespace wstest {
+
+FaultyProxy::FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset)
+    : target_port_(target_port), corrupt_connection_(connection), corrupt_offset_(offset) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listen_fd_, 16) != 0) {
+    throw std::runtime_error("proxy: cannot listen");
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+FaultyProxy::~FaultyProxy() {
+  stopping_ = true;
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  acceptor_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (auto& t : pumps_) t.join();
+  for (int fd : fds_) ::close(fd);
+  ::close(listen_fd_);
+}
+
+void FaultyProxy::accept_loop() {
+  int accepted = 0;
+  while (!stopping_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) continue;
+    int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(target_port_);
+    if (::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(client);
+      ::close(server);
+      continue;
+    }
+    ++accepted;
+    const bool corrupt = accepted == corrupt_connection_;
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.push_back(client);
+    fds_.push_back(server);
+    pumps_.emplace_back([this, client, server] { pump(client, server, false); });
+    pumps_.emplace_back([this, client, server, corrupt] { pump(server, client, corrupt); });
+  }
+}
+
+void FaultyProxy::pump(int from, int to, bool corrupt) {
+  std::vector<char> buffer(1 << 16);
+  std::uint64_t position = 0;
+  for (;;) {
+    ssize_t n = ::read(from, buffer.data(), buffer.size());
+    if (n <= 0) break;
+    if (corrupt && corrupt_offset_ >= position &&
+        corrupt_offset_ < position + static_cast<std::uint64_t>(n)) {
+      buffer[corrupt_offset_ - position] ^= 0x10;
+      flips_.fetch_add(1);
+    }
+    position += static_cast<std::uint64_t>(n);
+    for (ssize_t sent = 0; sent < n;) {
+      ssize_t m = ::send(to, buffer.data() + sent, static_cast<std::size_t>(n - sent), MSG_NOSIGNAL);
+      if (m <= 0) {
+        ::shutdown(from, SHUT_RDWR);
+        return;
+      }
+      sent += m;
+    }
+  }
+  ::shutdown(to, SHUT_WR);
+}
+
+}  // namespace wstest

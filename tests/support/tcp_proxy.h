@@ -1,0 +1,43 @@
+// FaultyProxy: a real TCP proxy on loopback that forwards every connection to
+// a target and can flip one bit of the server-to-client stream of the Nth
+// connection at a given byte offset: a fault-injecting wrapper around the real
+// TCP transport, for checksum tests. Stops and joins its threads on destruction.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace wstest {
+
+class FaultyProxy {
+ public:
+  // Corrupts byte `offset` of the server->client stream of connection number
+  // `connection` (1-based, in accept order); connection 0 corrupts nothing.
+  FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset);
+  ~FaultyProxy();
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int flips() const { return flips_.load(); }
+
+ private:
+  void accept_loop();
+  void pump(int from, int to, bool corrupt);
+
+  std::uint16_t target_port_;
+  int corrupt_connection_;
+  std::uint64_t corrupt_offset_;
+  int listen_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> flips_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> pumps_;
+  std::vector<int> fds_;
+};
+
+}  // namespace wstest

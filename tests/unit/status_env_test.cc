@@ -1,0 +1,75 @@
+// Status/Action table, Result, and option > environment > default resolution.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "common/env.h"
+#include "weightsync/status.h"
+
+using namespace weightsync;
+
+TEST_CASE("status: every error code has a name and the documented action", "[status]") {
+  CHECK(action_for(ErrorCode::kOk) == Action::kNone);
+  CHECK(action_for(ErrorCode::kTimeout) == Action::kRetry);
+  CHECK(action_for(ErrorCode::kNotReady) == Action::kRetry);
+  CHECK(action_for(ErrorCode::kVersionRevoked) == Action::kTakeNewerVersion);
+  CHECK(action_for(ErrorCode::kChecksumMismatch) == Action::kRetry);
+  CHECK(action_for(ErrorCode::kBusy) == Action::kRetry);
+  CHECK(action_for(ErrorCode::kConnectionLost) == Action::kReconnect);
+  CHECK(action_for(ErrorCode::kProtocolError) == Action::kReconnect);
+  CHECK(action_for(ErrorCode::kAuthFailed) == Action::kFixConfiguration);
+  CHECK(action_for(ErrorCode::kInvalidConfig) == Action::kFixConfiguration);
+  CHECK(action_for(ErrorCode::kInvalidArgument) == Action::kFixCall);
+  for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+    CHECK(std::string(to_string(static_cast<ErrorCode>(c))) != "unknown");
+  }
+  Status s(ErrorCode::kAuthFailed, "bad secret");
+  CHECK_FALSE(s.ok());
+  CHECK(s.to_string() == "auth_failed: bad secret");
+  CHECK(Status().ok());
+
+  Result<int> good(7);
+  REQUIRE(good.ok());
+  CHECK(*good == 7);
+  Result<int> bad(Status(ErrorCode::kTimeout, "slow"));
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.status().code() == ErrorCode::kTimeout);
+  Result<int> misuse{Status()};  // an OK status without a value is a bug, not success
+  CHECK_FALSE(misuse.ok());
+  CHECK(misuse.status().code() == ErrorCode::kInternal);
+}
+
+TEST_CASE("env: explicit option > environment > default; malformed values are errors", "[env]") {
+  using detail::SettingSource;
+  ::unsetenv("WEIGHTSYNC_TEST_MS");
+  auto d = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);
+  REQUIRE(d.ok());
+  CHECK(d->value == 1234);
+  CHECK(d->source == SettingSource::kDefault);
+
+  ::setenv("WEIGHTSYNC_TEST_MS", "250", 1);
+  auto e = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);
+  REQUIRE(e.ok());
+  CHECK(e->value == 250);
+  CHECK(e->source == SettingSource::kEnvironment);
+
+  auto o = detail::resolve_millis(99, "WEIGHTSYNC_TEST_MS", 1234);
+  REQUIRE(o.ok());
+  CHECK(o->value == 99);
+  CHECK(o->source == SettingSource::kOption);
+
+  for (const char* bad : {"abc", "-5", "0", "12ms", "99999999999"}) {
+    ::setenv("WEIGHTSYNC_TEST_MS", bad, 1);
+    auto r = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);
+    INFO(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == ErrorCode::kInvalidConfig);
+    CHECK_THAT(r.status().message(), Catch::Contains("WEIGHTSYNC_TEST_MS"));
+  }
+  ::setenv("WEIGHTSYNC_TEST_BOOL", "maybe", 1);
+  CHECK_FALSE(detail::resolve_bool(std::nullopt, "WEIGHTSYNC_TEST_BOOL", false).ok());
+  ::setenv("WEIGHTSYNC_TEST_BOOL", "1", 1);
+  CHECK(detail::resolve_bool(std::nullopt, "WEIGHTSYNC_TEST_BOOL", false)->value);
+  ::unsetenv("WEIGHTSYNC_TEST_MS");
+  ::unsetenv("WEIGHTSYNC_TEST_BOOL");
+}

@@ -1,0 +1,184 @@
+// Frames and messages: round trips, validation, and random input that must be
+// rejected cleanly (a cheap, always-on fuzz of every decoder).
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "weightsync/layout.h"
+#include "wire/frame.h"
+#include "wire/messages.h"
+
+using namespace weightsync;
+using namespace weightsync::detail;
+
+namespace {
+
+std::vector<std::uint8_t> header_bytes(std::uint32_t magic, std::uint16_t version, std::uint16_t type,
+                                       std::uint32_t length, std::uint32_t reserved) {
+  std::vector<std::uint8_t> h;
+  auto put = [&](std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) h.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put(magic, 4);
+  put(version, 2);
+  put(type, 2);
+  put(length, 4);
+  put(reserved, 4);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("wire: frame headers are validated before any payload is read", "[wire]") {
+  std::uint8_t good[kFrameHeaderBytes];
+  encode_header(MsgType::kAcquire, 8, good);
+  auto ok = decode_header(good, kMaxRequestPayload);
+  REQUIRE(ok.ok());
+  CHECK(ok->type == MsgType::kAcquire);
+  CHECK(ok->payload_bytes == 8);
+  // "WSYN" is how the magic reads on the wire.
+  CHECK(std::string(reinterpret_cast<char*>(good), 4) == "WSYN");
+
+  struct Case {
+    std::vector<std::uint8_t> bytes;
+    const char* message;
+  };
+  const Case cases[] = {
+      {header_bytes(0xdeadbeef, kProtocolVersion, 16, 8, 0), "bad frame magic"},
+      {header_bytes(kFrameMagic, 2, 16, 8, 0), "protocol version 2"},
+      {header_bytes(kFrameMagic, kProtocolVersion, 999, 8, 0), "unknown frame type"},
+      {header_bytes(kFrameMagic, kProtocolVersion, 16, 8, 1), "reserved"},
+      {header_bytes(kFrameMagic, kProtocolVersion, 16, 0xffffffffu, 0), "exceeds the limit"},
+      {header_bytes(kFrameMagic, kProtocolVersion, 16, kMaxRequestPayload + 1, 0), "exceeds the limit"},
+  };
+  for (const auto& c : cases) {
+    auto r = decode_header(c.bytes.data(), kMaxRequestPayload);
+    INFO(c.message);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == ErrorCode::kProtocolError);
+    CHECK_THAT(r.status().message(), Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("wire: messages round-trip and reject truncation and trailing bytes", "[wire]") {
+  LeaseMsg lease{0x1122334455667788ull, 42, 1, 84, true, 0xabcdef};
+  auto bytes = lease.encode();
+  auto back = LeaseMsg::decode(bytes);
+  REQUIRE(back.ok());
+  CHECK(back->lease_id == lease.lease_id);
+  CHECK(back->version == 42);
+  CHECK(back->slot == 1);
+  CHECK(back->checksum == 0xabcdef);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    CHECK_FALSE(LeaseMsg::decode(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + n)).ok());
+  }
+  bytes.push_back(0);
+  CHECK_FALSE(LeaseMsg::decode(bytes).ok());
+  // A stamp that does not encode the version is refused.
+  CHECK_FALSE(LeaseMsg::decode(LeaseMsg{1, 42, 1, 85, false, 0}.encode()).ok());
+
+  ReadMsg read;
+  read.lease_id = 9;
+  read.ranges = {{0, 10}, {256, 4096}};
+  auto rb = ReadMsg::decode(read.encode());
+  REQUIRE(rb.ok());
+  REQUIRE(rb->ranges.size() == 2);
+  CHECK(rb->ranges[1].offset == 256);
+  CHECK(rb->ranges[1].length == 4096);
+  ReadMsg empty_range;
+  empty_range.lease_id = 9;
+  empty_range.ranges = {{0, 0}};
+  CHECK_FALSE(ReadMsg::decode(empty_range.encode()).ok());
+  ReadMsg no_ranges;
+  CHECK_FALSE(ReadMsg::decode(no_ranges.encode()).ok());
+  ReadMsg too_many;
+  too_many.ranges.assign(kMaxReadRanges + 1, ByteRange{0, 1});
+  CHECK_FALSE(ReadMsg::decode(too_many.encode()).ok());
+
+  HelloMsg hello;
+  hello.role = Role::kData;
+  hello.session_id = 77;
+  hello.client_name = "gen-3";
+  auto hb = HelloMsg::decode(hello.encode());
+  REQUIRE(hb.ok());
+  CHECK(hb->session_id == 77);
+  CHECK(hb->client_name == "gen-3");
+  hello.session_id = 0;  // a data connection must name its session
+  CHECK_FALSE(HelloMsg::decode(hello.encode()).ok());
+
+  SlotTableMsg table;
+  table.slot_count = 3;
+  table.slot_bytes = 4096;
+  table.checksums = true;
+  table.transports = {{"tcp", {}}, {"ucx", {1, 2, 3}}};
+  auto tb = SlotTableMsg::decode(table.encode());
+  REQUIRE(tb.ok());
+  CHECK(tb->transports.size() == 2);
+  CHECK(tb->transports[1].blob == std::vector<std::uint8_t>{1, 2, 3});
+  table.slot_count = 1;
+  CHECK_FALSE(SlotTableMsg::decode(table.encode()).ok());
+
+  ErrorMsg err{ErrorCode::kAuthFailed, "nope"};
+  auto eb = ErrorMsg::decode(err.encode());
+  REQUIRE(eb.ok());
+  CHECK(eb->code == ErrorCode::kAuthFailed);
+  auto bad_code = err.encode();
+  bad_code[0] = 0;  // kOk is not an error
+  CHECK_FALSE(ErrorMsg::decode(bad_code).ok());
+}
+
+TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[wire][fuzz]") {
+  std::mt19937_64 rng(20261122);
+  auto layout = WeightLayout::build({{"a", DType::kFloat32, {16}}, {"b", DType::kInt8, {3, 3}}});
+  REQUIRE(layout.ok());
+  ReadMsg read;
+  read.lease_id = 5;
+  read.ranges = {{0, 64}, {256, 9}};
+  HelloMsg hello;
+  hello.client_name = "fuzz";
+  SlotTableMsg table;
+  table.slot_count = 2;
+  table.slot_bytes = 512;
+  table.transports = {{"tcp", {}}};
+  const std::vector<std::vector<std::uint8_t>> seeds = {layout->serialize(),
+                                                        read.encode(),
+                                                        hello.encode(),
+                                                        table.encode(),
+                                                        LeaseMsg{1, 2, 0, 4, true, 9}.encode(),
+                                                        ErrorMsg{ErrorCode::kBusy, "x"}.encode()};
+  std::uint64_t executions = 0, accepted = 0;
+  for (int i = 0; i < 200000; ++i) {
+    std::vector<std::uint8_t> input;
+    if (i % 2 == 0) {
+      input.resize(rng() % 96);
+      for (auto& b : input) b = static_cast<std::uint8_t>(rng());
+    } else {
+      input = seeds[rng() % seeds.size()];
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips && !input.empty(); ++f)
+        input[rng() % input.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+      if (rng() % 4 == 0 && !input.empty()) input.resize(rng() % input.size());
+    }
+    accepted += HelloMsg::decode(input).ok();
+    accepted += ReadMsg::decode(input).ok();
+    accepted += LeaseMsg::decode(input).ok();
+    accepted += SlotTableMsg::decode(input).ok();
+    accepted += ErrorMsg::decode(input).ok();
+    accepted += QueryVersionMsg::decode(input).ok();
+    if (auto l = WeightLayout::deserialize(input.data(), input.size()); l.ok()) {
+      ++accepted;
+      // Anything accepted obeys the layout rules.
+      for (const auto& t : l->tensors()) {
+        CHECK(t.offset % l->alignment() == 0);
+        CHECK(t.offset + t.bytes <= l->total_bytes());
+      }
+    }
+    if (input.size() >= kFrameHeaderBytes) {
+      auto h = decode_header(input.data(), kMaxRequestPayload);
+      if (h.ok()) CHECK(h->payload_bytes <= kMaxRequestPayload);
+    }
+    ++executions;
+  }
+  WARN("wire fuzz: " << executions << " inputs, " << accepted << " decoder acceptances, 0 crashes");
+  CHECK(executions == 200000);
+}
