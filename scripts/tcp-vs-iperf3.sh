@@ -30,7 +30,7 @@ median() { python3 -c 'import sys,statistics; print(f"{statistics.median(float(x
 ws=() ip=()
 for r in $(seq 1 "$rounds"); do
   # iperf3: one stream, 3 s, loopback.
-  g=$(iperf3 -c 127.0.0.1 -p 5299 -t 3 -J | python3 -c 'import json,sys; print(f"{json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9:.2f}")')
+  g=$(iperf3 -c 127.0.0.1 -p 5299 -t 3 -J | python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/8e9))')
   ip+=("$g")
   # weightsync: 4 versions; the median of versions 2..4 (the first pull faults its pages in).
   rm -f "$work/address"

@@ -41,7 +41,7 @@ struct PublishResult {
   std::uint64_t version = 0;
   std::uint32_t slot = 0;
   std::uint32_t revoked_leases = 0;  // leases taken back to make room
-  double copy_seconds = 0.0;         // from reserving the slot to the commit (copy + checksum)
+  double copy_seconds = 0.0;         // publish(): the whole call; SlotWriter: begin_publish() to commit()
 };
 
 struct PublisherStats {

@@ -122,7 +122,10 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->server = std::move(*server);
 
   if (secret->value.empty()) {
-    WS_INFO("publisher: no secret configured; listening on loopback {} only", impl->bind_host);
+    WS_WARN(
+        "publisher: no secret configured (WEIGHTSYNC_SECRET): listening on loopback {} only; "
+        "set a secret to serve other hosts",
+        impl->bind_host);
   }
   WS_INFO(
       "publisher: {}:{} (bind from {}), {} slots x {} bytes, checksums {} (from {}), io timeout {} ms (from "
@@ -288,11 +291,13 @@ void SlotWriter::abandon() noexcept {
   owner_ = nullptr;
 }
 
-Result<void*> SlotWriter::tensor(const std::string& name) {
+Result<void*> SlotWriter::tensor(const std::string& name) try {
   if (owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
   const TensorEntry* entry = owner_->impl_->layout.find(name);
   if (entry == nullptr) return Status(ErrorCode::kInvalidArgument, "unknown tensor '" + name + "'");
   return static_cast<void*>(static_cast<char*>(data_) + entry->offset);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("SlotWriter::tensor: ") + e.what());
 }
 
 Result<PublishResult> SlotWriter::commit() {

@@ -103,7 +103,16 @@ void PublisherServer::accept_loop() {
 void PublisherServer::accept_one() {
   std::string peer;
   auto accepted = accept_tcp(listener_, Deadline::after(std::chrono::milliseconds(0)), &peer);
-  if (!accepted.ok()) return;
+  if (!accepted.ok()) {
+    if (accepted.status().code() != ErrorCode::kTimeout) {
+      // E.g. EMFILE: the connection stays queued and poll() keeps reporting it;
+      // back off instead of spinning, and say why subscribers are not served.
+      WS_WARN("publisher: cannot accept a connection: {} (out of file descriptors? raise ulimit -n)",
+              accepted.status().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (connections_.size() >= config_.max_connections) {
     WS_WARN("publisher: refusing connection from {}: {} connections already open (max_connections)", peer,

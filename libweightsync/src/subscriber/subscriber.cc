@@ -305,6 +305,7 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - now);
       auto latest = wait_for_version(newer_than, std::max(left, std::chrono::milliseconds(1)));
       waited += std::chrono::steady_clock::now() - now;
+      if (!impl_->sticky.ok()) return impl_->sticky;  // the wait broke the connection
       if (!latest.ok())
         return latest.status().code() == ErrorCode::kTimeout ? result.status() : latest.status();
       continue;
