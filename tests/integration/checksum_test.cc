@@ -16,11 +16,7 @@ std::unique_ptr<Publisher> publish_one(const WeightLayout& layout, bool checksum
   options.checksum = checksums;
   auto publisher = Publisher::create(layout, options);
   REQUIRE(publisher.ok());
-  auto writer = (*publisher)->begin_publish(1);
-  REQUIRE(writer.ok());
-  for (const auto& t : layout.tensors())
-    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, 1, t.offset);
-  REQUIRE(writer->commit().ok());
+  publish_pattern(**publisher, 1);
   return std::move(*publisher);
 }
 
@@ -53,6 +49,10 @@ TEST_CASE("checksum: corruption in transit is detected, discarded and retried", 
   CHECK(failed.status().code() == ErrorCode::kChecksumMismatch);
   CHECK(failed.status().action() == Action::kRetry);
   CHECK((*strict)->status().ok());  // not a connection error: the next pull works
+  auto next = (*strict)->pull(Destination::contiguous(image->data(), image->size()));
+  REQUIRE(next.ok());
+  CHECK(next->checksum_verified);
+  CHECK(image_mismatch(layout, image->data(), 1) == -1);
 }
 
 TEST_CASE("checksum: without checksums the same corruption goes unnoticed", "[checksum]") {

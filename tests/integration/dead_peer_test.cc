@@ -116,11 +116,7 @@ TEST_CASE("dead peers: a subscriber SIGKILLed mid-transfer leaves the publisher 
   options.io_timeout_ms = 2000;
   auto publisher = Publisher::create(layout, options);
   REQUIRE(publisher.ok());
-  auto writer = (*publisher)->begin_publish(1);
-  REQUIRE(writer.ok());
-  for (const auto& t : layout.tensors())
-    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, 1, t.offset);
-  REQUIRE(writer->commit().ok());
+  publish_pattern(**publisher, 1);
 
   // A healthy subscriber connected before the failure.
   auto healthy = Subscriber::connect((*publisher)->address(), quick_options());

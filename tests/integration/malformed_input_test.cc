@@ -61,14 +61,7 @@ TEST_CASE(
   REQUIRE(publisher.ok());
   const std::string address = (*publisher)->address();
   std::uint64_t version = 0;
-  auto publish_next = [&] {
-    ++version;
-    auto writer = (*publisher)->begin_publish(version);
-    REQUIRE(writer.ok());
-    for (const auto& t : layout.tensors())
-      fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
-    REQUIRE(writer->commit().ok());
-  };
+  auto publish_next = [&] { publish_pattern(**publisher, ++version); };
   publish_next();
 
   auto good_options = quick_options();

@@ -42,6 +42,16 @@ inline std::int64_t image_mismatch(const weightsync::WeightLayout& layout, const
   return -1;
 }
 
+// Publishes `version` in place: each tensor gets the version's test pattern.
+inline void publish_pattern(weightsync::Publisher& publisher, std::uint64_t version) {
+  auto writer = publisher.begin_publish(version);
+  REQUIRE(writer.ok());
+  for (const auto& t : publisher.layout().tensors()) {
+    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
+  }
+  REQUIRE(writer->commit().ok());
+}
+
 inline weightsync::SubscriberOptions quick_options(int io_timeout_ms = 5000) {
   weightsync::SubscriberOptions o;
   o.connect_timeout_ms = 5000;

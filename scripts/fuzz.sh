@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the wire decoders with libFuzzer (clang), under
+# ASan and UBSan. Builds in build-fuzz/, seeds a corpus with valid messages,
+# runs for the given time, and reports executions and crashes.
+# Usage: scripts/fuzz.sh [seconds, default 60]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+seconds="${1:-60}"
+"$root/scripts/install-deps.sh" clang libclang-rt-14-dev
+build="$root/build-fuzz"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DWEIGHTSYNC_SANITIZE=address,undefined,fuzzer-no-link -DWEIGHTSYNC_BUILD_FUZZERS=ON \
+  -DWEIGHTSYNC_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$build" --target ws_fuzz_wire ws_fuzz_corpus
+corpus="$build/fuzz-corpus"
+mkdir -p "$corpus" "$build/fuzz-findings"
+"$build/tests/ws_fuzz_corpus" "$corpus"
+cd "$build/fuzz-findings"
+UBSAN_OPTIONS=halt_on_error=1 "$build/tests/ws_fuzz_wire" -max_total_time="$seconds" -max_len=4096 \
+  -print_final_stats=1 "$corpus" 2>&1 | tee fuzz.log | grep -E "(DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)" || true
+if ls crash-* leak-* timeout-* >/dev/null 2>&1; then
+  echo "fuzz: findings in $build/fuzz-findings" >&2
+  exit 1
+fi
+echo "fuzz: no crashes in ${seconds} s"

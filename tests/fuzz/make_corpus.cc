@@ -1,0 +1,44 @@
+// Writes one valid encoding of each message and of a layout into a folder, as
+// the seed corpus for wire_fuzzer. Usage: ws_fuzz_corpus DIR
+#include <cstdio>
+#include <string>
+
+#include "weightsync/layout.h"
+#include "wire/messages.h"
+
+using namespace weightsync;
+using namespace weightsync::detail;
+
+int main(int argc, char** argv) {
+  if (argc != 2) return std::fprintf(stderr, "usage: %s DIR\n", argv[0]), 2;
+  ReadMsg read;
+  read.lease_id = 3;
+  read.ranges = {{0, 64}, {256, 1024}};
+  SlotTableMsg table;
+  table.slot_count = 3;
+  table.slot_bytes = 1 << 20;
+  table.transports = {{"tcp", {}}, {"ucx", {1, 2, 3, 4}}};
+  auto layout =
+      WeightLayout::build({{"embed", DType::kBFloat16, {512, 64}}, {"head", DType::kFloat32, {64}}});
+  const std::pair<const char*, std::vector<std::uint8_t>> seeds[] = {
+      {"hello", HelloMsg{Role::kData, 9, {}, "gen"}.encode()},
+      {"challenge", ChallengeMsg{{}, true}.encode()},
+      {"auth", AuthMsg{}.encode()},
+      {"welcome", WelcomeMsg{{}, 9}.encode()},
+      {"error", ErrorMsg{ErrorCode::kNotReady, "later"}.encode()},
+      {"layout_msg", LayoutMsg{layout->serialize()}.encode()},
+      {"layout", layout->serialize()},
+      {"slot_table", table.encode()},
+      {"query", QueryVersionMsg{4, 100}.encode()},
+      {"lease", LeaseMsg{1, 4, 2, 8, true, 77}.encode()},
+      {"read", read.encode()},
+  };
+  for (const auto& [name, bytes] : seeds) {
+    std::string path = std::string(argv[1]) + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return std::fprintf(stderr, "cannot write %s\n", path.c_str()), 1;
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,60 @@
+// libFuzzer harness for everything that parses bytes from the network: frame
+// headers, every control message, and the layout encoding. Whatever a decoder
+// accepts must obey its documented bounds. Build and run: scripts/fuzz.sh.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "weightsync/layout.h"
+#include "wire/frame.h"
+#include "wire/messages.h"
+
+using namespace weightsync;
+using namespace weightsync::detail;
+
+namespace {
+void require(bool condition) {
+  if (!condition) std::abort();  // a broken invariant is a finding
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size >= kFrameHeaderBytes) {
+    auto header = decode_header(data, kMaxRequestPayload);
+    if (header.ok()) require(header->payload_bytes <= kMaxRequestPayload);
+  }
+  const std::vector<std::uint8_t> payload(data, data + size);
+  (void)HelloMsg::decode(payload);
+  (void)ChallengeMsg::decode(payload);
+  (void)AuthMsg::decode(payload);
+  (void)WelcomeMsg::decode(payload);
+  (void)ErrorMsg::decode(payload);
+  (void)LayoutMsg::decode(payload);
+  (void)QueryVersionMsg::decode(payload);
+  (void)VersionMsg::decode(payload);
+  (void)AcquireMsg::decode(payload);
+  (void)ReleaseMsg::decode(payload);
+  (void)DataMsg::decode(payload);
+  (void)DataEndMsg::decode(payload);
+  if (auto lease = LeaseMsg::decode(payload); lease.ok()) require(lease->stamp == lease->version << 1);
+  if (auto read = ReadMsg::decode(payload); read.ok()) {
+    require(!read->ranges.empty() && read->ranges.size() <= kMaxReadRanges);
+    for (const auto& r : read->ranges) require(r.length > 0);
+  }
+  if (auto table = SlotTableMsg::decode(payload); table.ok()) {
+    require(table->slot_count >= 2 && table->transports.size() <= kMaxTransports);
+  }
+  if (auto layout = WeightLayout::deserialize(data, size); layout.ok()) {
+    require(!layout->tensors().empty());
+    for (const auto& t : layout->tensors()) {
+      require(t.offset % layout->alignment() == 0);
+      require(t.bytes > 0 && t.offset + t.bytes <= layout->total_bytes());
+    }
+    // Re-encoding an accepted layout gives the same layout back.
+    auto again = layout->serialize();
+    auto back = WeightLayout::deserialize(again.data(), again.size());
+    require(back.ok() && *back == *layout);
+  }
+  return 0;
+}
