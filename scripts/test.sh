@@ -1,11 +1,29 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds everything, and runs every test (ctest).
-# Usage: scripts/test.sh [ctest arguments, e.g. -R auth]
+# With --sanitizers, or when CI=true, it then runs the whole suite again under
+# ASan+UBSan (build-asan/) and under TSan (build-tsan/).
+# Usage: scripts/test.sh [--sanitizers] [ctest arguments, e.g. -R auth]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
+sanitizers=0
+[ "${CI:-}" = "true" ] && sanitizers=1
+if [ "${1:-}" = "--sanitizers" ]; then sanitizers=1; shift; fi
+
 "$root/scripts/install-deps.sh"
-"$root/scripts/build.sh"
-cd "$build"
-# Serial on purpose: several tests assert time bounds (timeouts, dead peers).
-ctest --output-on-failure --timeout 600 "$@"
+
+run_suite() {  # run_suite NAME BUILD_DIR CMAKE_ARGS [ctest args...]
+  local name="$1" dir="$2" args="$3"
+  shift 3
+  echo "== $name: building in $dir"
+  WEIGHTSYNC_BUILD_DIR="$dir" WEIGHTSYNC_CMAKE_ARGS="$args" "$root/scripts/build.sh"
+  echo "== $name: running the tests"
+  # Serial on purpose: several tests assert time bounds (timeouts, dead peers).
+  (cd "$dir" && ctest --output-on-failure --timeout 900 "$@")
+}
+
+run_suite "tests" "${WEIGHTSYNC_BUILD_DIR:-$root/build}" "" "$@"
+if [ "$sanitizers" = 1 ]; then
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" TSAN_OPTIONS="halt_on_error=1"
+  run_suite "tests under ASan+UBSan" "$root/build-asan" "-DWEIGHTSYNC_SANITIZE=address,undefined" "$@"
+  run_suite "tests under TSan" "$root/build-tsan" "-DWEIGHTSYNC_SANITIZE=thread" "$@"
+fi

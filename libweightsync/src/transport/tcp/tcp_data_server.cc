@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "common/tsan.h"
 #include "publisher/connection_handlers.h"
 #include "wire/frame_io.h"
 
@@ -74,7 +75,9 @@ Status serve_tcp_data(const HandlerContext& ctx) {
     auto* base = static_cast<char*>(ring.slot_data(lease->slot));
     iov.clear();
     for (const auto& range : read->ranges) iov.push_back(iovec{base + range.offset, range.length});
+    WS_SEQLOCK_READ_BEGIN();  // may race a revoking writer; stamp_after decides
     s = send_iov(*ctx.socket, iov.data(), iov.size(), Deadline::never(), kPeer, ctx.io_timeout_ms);
+    WS_SEQLOCK_READ_END();
     if (!s.ok()) return s;
     const std::uint64_t stamp_after = ring.stamp_after(lease->slot);
     ctx.counters->bytes_served.fetch_add(total);
