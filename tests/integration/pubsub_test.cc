@@ -179,3 +179,30 @@ TEST_CASE("pubsub: in-place and copy publishes, waiting for versions, checksums 
   }
   CHECK((*publisher)->stats().leases_active == 0);
 }
+
+TEST_CASE("pubsub: a progress callback that throws fails the pull and retires the connection", "[pubsub]") {
+  const auto layout = bytes_layout(8 << 20, 2);
+  auto publisher = Publisher::create(layout);
+  REQUIRE(publisher.ok());
+  publish_pattern(**publisher, 1);
+  auto sub = Subscriber::connect((*publisher)->address(), quick_options());
+  REQUIRE(sub.ok());
+  auto image = HostBuffer::allocate(layout.total_bytes());
+  REQUIRE(image.ok());
+  PullOptions throwing;
+  throwing.on_progress = [](std::uint64_t, std::uint64_t) { throw std::runtime_error("caller bug"); };
+  auto failed = (*sub)->pull(Destination::contiguous(image->data(), image->size()), throwing);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.status().code() == ErrorCode::kInternal);
+  CHECK_THAT(failed.status().message(), Catch::Contains("caller bug"));
+  // The transfer was cut short mid-stream: the connection must not be reused.
+  CHECK((*sub)->status().code() == ErrorCode::kInternal);
+  CHECK((*sub)->pull(Destination::contiguous(image->data(), image->size())).status().code() ==
+        ErrorCode::kInternal);
+  // A new subscriber is served normally.
+  auto fresh = Subscriber::connect((*publisher)->address(), quick_options());
+  REQUIRE(fresh.ok());
+  auto pulled = (*fresh)->pull(Destination::contiguous(image->data(), image->size()));
+  REQUIRE(pulled.ok());
+  CHECK(image_mismatch(layout, image->data(), 1) == -1);
+}

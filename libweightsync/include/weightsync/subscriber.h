@@ -75,6 +75,8 @@ struct PullOptions {
   // (kNotReady if there is none now).
   std::chrono::milliseconds wait{0};
   // Called on the caller's thread as bytes arrive: (bytes so far, total).
+  // If it throws, the pull fails with kInternal and, since the transfer was
+  // cut short, the connection becomes unusable (sticky).
   std::function<void(std::uint64_t, std::uint64_t)> on_progress;
 };
 

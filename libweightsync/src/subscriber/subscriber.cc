@@ -131,6 +131,12 @@ class Subscriber::Impl {
                              const PullOptions& pull_options, detail::StreamHasher& hasher) {
     auto lease = note(control.acquire(newer_than));
     if (!lease.ok()) return lease.status();
+    if (lease->slot >= slot_count) {
+      Status bad(ErrorCode::kProtocolError, "publisher leased slot " + std::to_string(lease->slot) + " of " +
+                                                std::to_string(slot_count));
+      note_status(bad);
+      return bad;
+    }
     hasher.reset();
     std::uint64_t received = 0;
     const std::uint64_t total = layout.payload_bytes();
@@ -319,7 +325,10 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
     return result.status();
   }
 } catch (const std::exception& e) {
-  return Status(ErrorCode::kInternal, std::string("Subscriber::pull: ") + e.what());
+  // Possibly thrown mid-transfer (e.g. by on_progress): the stream's state is unknown now.
+  Status failed(ErrorCode::kInternal, std::string("Subscriber::pull: ") + e.what());
+  impl_->note_status(failed, /*force=*/true);
+  return failed;
 }
 
 }  // namespace weightsync
