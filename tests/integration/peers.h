@@ -52,8 +52,10 @@ inline void publish_pattern(weightsync::Publisher& publisher, std::uint64_t vers
   REQUIRE(writer->commit().ok());
 }
 
-inline weightsync::SubscriberOptions quick_options(int io_timeout_ms = 5000) {
+// Options for tests: short timeouts, and a fixed transport (tcp unless said).
+inline weightsync::SubscriberOptions quick_options(int io_timeout_ms = 5000, const std::string& transport = "tcp") {
   weightsync::SubscriberOptions o;
+  o.transport = transport;
   o.connect_timeout_ms = 5000;
   o.io_timeout_ms = io_timeout_ms;
   o.client_name = "test";

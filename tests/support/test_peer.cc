@@ -8,7 +8,7 @@
 //     versions as fast as it can until stdin closes. With --step it publishes
 //     one version per line read from stdin, printing "PUBLISHED v" each time.
 //
-//   ws_test_peer subscribe --address A [--slow-ms M] [--contiguous] [--secret S]
+//   ws_test_peer subscribe --address A [--slow-ms M] [--transport T] [--secret S]
 //     Pulls one version; prints "PROGRESS" at the first received bytes (then
 //     sleeps M ms per chunk), then "PULLED v" (bytes verified) or "ERROR ...".
 #include <poll.h>
@@ -108,6 +108,7 @@ int run_publisher(const Args& args) {
 int run_subscriber(const Args& args) {
   weightsync::SubscriberOptions options;
   options.client_name = "test-peer";
+  options.transport = args.get("--transport", "auto");
   if (args.has("--secret")) options.secret = args.get("--secret", "");
   auto sub = weightsync::Subscriber::connect(args.get("--address", ""), options);
   if (!sub.ok()) {

@@ -70,7 +70,8 @@ struct SubscriberOptions {
   std::optional<int> connect_timeout_ms;
   // nullopt: WEIGHTSYNC_TIMEOUT_MS, else 10000.
   std::optional<int> io_timeout_ms;
-  // "auto" or a transport name ("tcp"). nullopt: WEIGHTSYNC_TRANSPORT, else "auto".
+  // "auto" or a transport name ("shm", "tcp"; see available_transports()).
+  // nullopt: WEIGHTSYNC_TRANSPORT, else "auto".
   std::optional<std::string> transport;
   // Verify the publisher's checksum when it provides one.
   bool verify_checksum = true;

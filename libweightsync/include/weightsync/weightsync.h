@@ -13,4 +13,5 @@
 #include "weightsync/publisher.h"
 #include "weightsync/status.h"
 #include "weightsync/subscriber.h"
+#include "weightsync/transports.h"
 #include "weightsync/version.h"

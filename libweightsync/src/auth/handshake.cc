@@ -62,7 +62,7 @@ Result<ServerHandshake> server_handshake(
       return Status(ErrorCode::kAuthFailed, why + "; client '" + hello->client_name + "'");
     }
   }
-  if (hello->role == Role::kData && !data_session_ok(hello->session_id)) {
+  if (hello->role != Role::kControl && !data_session_ok(hello->session_id)) {
     std::string why = "data connection names no live control session";
     send_error(socket, ErrorCode::kProtocolError, why, deadline);
     return Status(ErrorCode::kProtocolError, why);

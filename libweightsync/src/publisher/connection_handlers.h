@@ -24,6 +24,9 @@ struct HandlerContext {
 Status serve_control(const HandlerContext& ctx);
 // TCP data transport: READ requests answered from slot memory.
 Status serve_tcp_data(const HandlerContext& ctx);
+// Shared-memory transport: hands read-only slot and stamp descriptors to an
+// authenticated subscriber on this host, then closes.
+Status serve_shm(const HandlerContext& ctx);
 
 // Sends ERROR(code, message) (best effort) and returns Status(code, message).
 Status reply_error(const HandlerContext& ctx, ErrorCode code, const std::string& message);

@@ -7,10 +7,13 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "auth/crypto.h"
 #include "common/checksum.h"
 #include "common/env.h"
+#include "common/host_identity.h"
 #include "common/log.h"
 #include "net/socket.h"
+#include "net/unix_socket.h"
 #include "publisher/server.h"
 #include "ring/slot_ring.h"
 #include "wire/frame.h"
@@ -115,9 +118,28 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->bind_host = bind->value;
   impl->port = *port;
 
+  // Same-host shared memory: an abstract Unix socket with an unguessable name.
+  detail::Socket local_listener;
+  std::vector<std::uint8_t> shm_offer;
+  if (const std::string host = detail::boot_id(); !host.empty()) {
+    std::uint8_t token[16];
+    Status random = detail::random_bytes(token, sizeof(token));
+    if (!random.ok()) return random;
+    std::string name = "weightsync-";
+    for (std::uint8_t b : token) name += fmt::format("{:02x}", b);
+    auto local = detail::listen_unix_abstract(name);
+    if (local.ok()) {
+      local_listener = std::move(*local);
+      shm_offer = detail::ShmOffer{host, name}.encode();
+    } else {
+      WS_INFO("publisher: shared-memory transport not offered: {}", local.status().message());
+    }
+  }
+
   detail::ServerConfig config{secret->value, timeout->value, options.max_connections};
-  detail::ServedState state{&impl->layout, impl->ring.get(), impl->checksums};
-  auto server = detail::PublisherServer::start(std::move(*listener), std::move(config), state);
+  detail::ServedState state{&impl->layout, impl->ring.get(), impl->checksums, std::move(shm_offer)};
+  auto server = detail::PublisherServer::start(std::move(*listener), std::move(local_listener),
+                                               std::move(config), std::move(state));
   if (!server.ok()) return server.status();
   impl->server = std::move(*server);
 

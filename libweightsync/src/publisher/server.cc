@@ -11,16 +11,22 @@
 #include "auth/crypto.h"
 #include "auth/handshake.h"
 #include "common/log.h"
+#include "net/unix_socket.h"
 #include "publisher/connection_handlers.h"
 
 namespace weightsync::detail {
 
-PublisherServer::PublisherServer(Socket listener, ServerConfig config, ServedState state)
-    : listener_(std::move(listener)), config_(std::move(config)), state_(state) {}
+PublisherServer::PublisherServer(Socket listener, Socket local_listener, ServerConfig config,
+                                 ServedState state)
+    : listener_(std::move(listener)),
+      local_listener_(std::move(local_listener)),
+      config_(std::move(config)),
+      state_(std::move(state)) {}
 
-Result<std::unique_ptr<PublisherServer>> PublisherServer::start(Socket listener, ServerConfig config,
-                                                                ServedState state) {
-  std::unique_ptr<PublisherServer> server(new PublisherServer(std::move(listener), std::move(config), state));
+Result<std::unique_ptr<PublisherServer>> PublisherServer::start(Socket listener, Socket local_listener,
+                                                                ServerConfig config, ServedState state) {
+  std::unique_ptr<PublisherServer> server(new PublisherServer(std::move(listener), std::move(local_listener),
+                                                              std::move(config), std::move(state)));
   if (::pipe2(server->wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return Status(ErrorCode::kInternal, std::string("pipe2 failed: ") + std::strerror(errno));
   }
@@ -74,8 +80,10 @@ bool PublisherServer::session_alive(std::uint64_t session) {
 void PublisherServer::accept_loop() {
   try {
     while (!stopping_.load()) {
-      pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-      int rc = ::poll(fds, 2, 1000);
+      // An invalid local listener (fd -1) is ignored by poll.
+      pollfd fds[3] = {
+          {listener_.fd(), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}, {local_listener_.fd(), POLLIN, 0}};
+      int rc = ::poll(fds, 3, 1000);
       if (rc < 0 && errno != EINTR) {
         WS_ERROR("publisher: poll on the listening socket failed: {}; no new subscribers will be accepted",
                  std::strerror(errno));
@@ -90,8 +98,9 @@ void PublisherServer::accept_loop() {
         std::lock_guard<std::mutex> lock(mu_);
         reap_finished_locked();
       }
-      if (rc <= 0 || (fds[0].revents & POLLIN) == 0 || stopping_.load()) continue;
-      accept_one();
+      if (rc <= 0 || stopping_.load()) continue;
+      if ((fds[0].revents & POLLIN) != 0) accept_one(/*local=*/false);
+      if ((fds[2].revents & POLLIN) != 0) accept_one(/*local=*/true);
     }
   } catch (const std::exception& e) {
     WS_ERROR("publisher: acceptor thread failed: {}; no new subscribers will be accepted", e.what());
@@ -100,9 +109,10 @@ void PublisherServer::accept_loop() {
   }
 }
 
-void PublisherServer::accept_one() {
-  std::string peer;
-  auto accepted = accept_tcp(listener_, Deadline::after(std::chrono::milliseconds(0)), &peer);
+void PublisherServer::accept_one(bool local) {
+  std::string peer = "local";
+  auto accepted = local ? accept_unix(local_listener_)
+                        : accept_tcp(listener_, Deadline::after(std::chrono::milliseconds(0)), &peer);
   if (!accepted.ok()) {
     if (accepted.status().code() != ErrorCode::kTimeout) {
       // E.g. EMFILE: the connection stays queued and poll() keeps reporting it;
@@ -123,6 +133,7 @@ void PublisherServer::accept_one() {
   Connection* conn = connections_.back().get();
   conn->socket = std::move(*accepted);
   conn->peer = peer;
+  conn->local = local;
   try {
     conn->thread = std::thread([this, conn] { serve(conn); });
   } catch (const std::exception& e) {
@@ -162,14 +173,20 @@ void PublisherServer::serve(Connection* conn) {
       HandlerContext ctx{&conn->socket,         &state_,   &counters_, hs->session_id,
                          config_.io_timeout_ms, &stopping_};
       Status result;
-      if (hs->role == Role::kControl) {
+      if ((hs->role == Role::kShm) != conn->local) {
+        result = reply_error(ctx, ErrorCode::kProtocolError,
+                             conn->local ? "only the shared-memory role is served on the local socket"
+                                         : "the shared-memory role is served on the local socket only");
+      } else if (hs->role == Role::kShm) {
+        result = serve_shm(ctx);
+      } else if (hs->role == Role::kControl) {
         WS_INFO("publisher: subscriber '{}' connected from {}", hs->client_name, conn->peer);
         result = serve_control(ctx);
       } else {
         result = serve_tcp_data(ctx);
       }
-      WS_DEBUG("publisher: {} connection from {} ended: {}", hs->role == Role::kControl ? "control" : "data",
-               conn->peer, result.to_string());
+      WS_DEBUG("publisher: {} connection from {} ended: {}", to_string(hs->role), conn->peer,
+               result.to_string());
       if (!result.ok() && result.code() != ErrorCode::kConnectionLost && !stopping_.load()) {
         if (result.code() == ErrorCode::kProtocolError || result.code() == ErrorCode::kInvalidArgument) {
           counters_.protocol_errors.fetch_add(1);

@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "net/socket.h"
 #include "ring/slot_ring.h"
@@ -34,6 +35,8 @@ struct ServedState {
   const WeightLayout* layout = nullptr;
   SlotRing* ring = nullptr;
   bool checksums = false;
+  // The "shm" transport's offer blob (ShmOffer), empty when it is not offered.
+  std::vector<std::uint8_t> shm_offer;
 };
 
 struct ServerCounters {
@@ -46,8 +49,10 @@ struct ServerCounters {
 
 class PublisherServer {
  public:
-  static Result<std::unique_ptr<PublisherServer>> start(Socket listener, ServerConfig config,
-                                                        ServedState state);
+  // `local_listener` (an abstract Unix socket; may be invalid) serves the
+  // shared-memory transport to subscribers on this host.
+  static Result<std::unique_ptr<PublisherServer>> start(Socket listener, Socket local_listener,
+                                                        ServerConfig config, ServedState state);
   ~PublisherServer();
   void stop();
   const ServerCounters& counters() const { return counters_; }
@@ -56,18 +61,20 @@ class PublisherServer {
   struct Connection {
     Socket socket;
     std::string peer;
+    bool local = false;  // accepted on the Unix socket
     std::thread thread;
     std::atomic<bool> done{false};
   };
 
-  PublisherServer(Socket listener, ServerConfig config, ServedState state);
+  PublisherServer(Socket listener, Socket local_listener, ServerConfig config, ServedState state);
   void accept_loop();
-  void accept_one();
+  void accept_one(bool local);
   void serve(Connection* conn);
   void reap_finished_locked();
   bool session_alive(std::uint64_t session);
 
   Socket listener_;
+  Socket local_listener_;
   int wake_pipe_[2] = {-1, -1};
   ServerConfig config_;
   ServedState state_;

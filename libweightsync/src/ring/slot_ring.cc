@@ -18,14 +18,15 @@ Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_
   std::unique_ptr<SlotRing> ring(new SlotRing());
   ring->slot_bytes_ = slot_bytes;
   ring->policy_ = policy;
-  auto page = HostBuffer::allocate(slots * sizeof(std::atomic<std::uint64_t>), lock_memory);
+  auto page =
+      SharedRegion::create(slots * sizeof(std::atomic<std::uint64_t>), lock_memory, "weightsync-stamps");
   if (!page.ok()) return page.status();
   ring->stamp_page_ = std::move(*page);
   ring->stamps_ = static_cast<std::atomic<std::uint64_t>*>(ring->stamp_page_.data());
   for (std::size_t i = 0; i < slots; ++i) new (&ring->stamps_[i]) std::atomic<std::uint64_t>(0);
   ring->slots_.resize(slots);
   for (auto& slot : ring->slots_) {
-    auto buffer = HostBuffer::allocate(slot_bytes, lock_memory);
+    auto buffer = SharedRegion::create(slot_bytes, lock_memory, "weightsync-slot");
     if (!buffer.ok()) return buffer.status();
     slot.buffer = std::move(*buffer);
   }

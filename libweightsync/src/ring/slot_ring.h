@@ -4,6 +4,8 @@
 // Stamps: slot s's stamp is (version << 1) when it holds committed `version`,
 // (version << 1) | 1 while `version` is being written, 0 when empty. Stamps
 // live in their own page-aligned array so one-sided transports can expose it.
+// Slots and the stamp page are memfd-backed SharedRegions, so a subscriber on
+// the same host can map them read-only (transport/shm).
 //
 // Threads: reserve/commit/abandon come from the publishing thread only; all
 // other methods from any thread. Metadata is guarded by one mutex; slot bytes
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "memory/shared_region.h"
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
 #include "weightsync/publisher.h"
@@ -52,6 +55,9 @@ class SlotRing {
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   void* slot_data(std::uint32_t slot) noexcept { return slots_[slot].buffer.data(); }
   const void* slot_data(std::uint32_t slot) const noexcept { return slots_[slot].buffer.data(); }
+  const SharedRegion& slot_region(std::uint32_t slot) const noexcept { return slots_[slot].buffer; }
+  // The stamps: slot_count() std::atomic<std::uint64_t>, one per slot, in order.
+  const SharedRegion& stamp_region() const noexcept { return stamp_page_; }
 
   // --- publishing thread ---
   // Picks a slot for `version` (which must exceed the latest committed one)
@@ -83,7 +89,7 @@ class SlotRing {
 
  private:
   struct Slot {
-    HostBuffer buffer;
+    SharedRegion buffer;
     std::uint64_t version = 0;  // committed version held; 0 when empty
     bool writing = false;
     std::uint32_t leases = 0;  // live (not revoked) leases
@@ -105,7 +111,7 @@ class SlotRing {
   std::vector<Slot> slots_;
   std::size_t slot_bytes_ = 0;
   FullRingPolicy policy_ = FullRingPolicy::kRevokeOldest;
-  HostBuffer stamp_page_;
+  SharedRegion stamp_page_;
   std::atomic<std::uint64_t>* stamps_ = nullptr;
 
   mutable std::mutex mu_;

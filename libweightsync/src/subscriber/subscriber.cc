@@ -9,7 +9,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "subscriber/control_client.h"
-#include "transport/tcp/tcp_data_channel.h"
+#include "subscriber/negotiation.h"
 
 namespace weightsync {
 
@@ -200,11 +200,6 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
        {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status()}) {
     if (!s->ok()) return *s;
   }
-  if (transport->value != "auto" && transport->value != "tcp") {
-    return Status(ErrorCode::kInvalidConfig, "transport '" + transport->value +
-                                                 "' is not built into this library (available: auto, tcp)");
-  }
-
   auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
                                                 connect_timeout->value, io_timeout->value);
   if (!control.ok()) return control.status();
@@ -217,17 +212,11 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
                                                  " bytes) do not match its layout (" +
                                                  std::to_string(layout->total_bytes()) + " bytes)");
   }
-  // Negotiation: take the best transport both sides have. Today that is tcp.
-  const bool tcp_offered = std::any_of(table->transports.begin(), table->transports.end(),
-                                       [](const detail::TransportOffer& t) { return t.name == "tcp"; });
-  if (!tcp_offered) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "the publisher offers no data transport this subscriber supports");
-  }
   const std::uint64_t session = control->session_id();
   auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
-  auto channel = detail::open_tcp_data_channel(
-      detail::TcpChannelConfig{*target, secret->value, session, options.client_name, connect_timeout->value});
+  auto channel = detail::negotiate_transport(detail::NegotiationInput{
+      transport->value, table->transports, *target, secret->value, session, options.client_name,
+      connect_timeout->value, table->slot_count, table->slot_bytes});
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;

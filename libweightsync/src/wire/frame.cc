@@ -26,6 +26,7 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kRead: return "READ";
     case MsgType::kData: return "DATA";
     case MsgType::kDataEnd: return "DATA_END";
+    case MsgType::kShmRegions: return "SHM_REGIONS";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

@@ -38,6 +38,7 @@ enum class MsgType : std::uint16_t {
   kRead = 20,
   kData = 21,
   kDataEnd = 22,
+  kShmRegions = 23,
   kBye = 30,
 };
 

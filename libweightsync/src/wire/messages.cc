@@ -23,6 +23,15 @@ bool read_flag(ByteReader& r, bool* out) {
 
 }  // namespace
 
+const char* to_string(Role role) noexcept {
+  switch (role) {
+    case Role::kControl: return "control";
+    case Role::kData: return "data";
+    case Role::kShm: return "shm";
+  }
+  return "unknown";
+}
+
 std::vector<std::uint8_t> HelloMsg::encode() const {
   ByteWriter w;
   w.u8(static_cast<std::uint8_t>(role));
@@ -36,7 +45,7 @@ Result<HelloMsg> HelloMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   HelloMsg m;
   std::uint8_t role = 0;
-  if (!r.u8(&role) || (role != 1 && role != 2) || !r.u64(&m.session_id) ||
+  if (!r.u8(&role) || role < 1 || role > 3 || !r.u64(&m.session_id) ||
       !r.bytes(m.client_nonce.data(), kNonceBytes) || !r.str16(&m.client_name, kMaxClientName) ||
       !finish(r)) {
     return malformed("HELLO");
@@ -281,6 +290,46 @@ Result<DataEndMsg> DataEndMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   DataEndMsg m;
   if (!r.u64(&m.stamp_after) || !finish(r)) return malformed("DATA_END");
+  return m;
+}
+
+std::vector<std::uint8_t> ShmRegionsMsg::encode() const {
+  ByteWriter w;
+  w.u32(slot_count);
+  w.u64(slot_bytes);
+  w.u64(stamp_bytes);
+  return w.take();
+}
+
+Result<ShmRegionsMsg> ShmRegionsMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ShmRegionsMsg m;
+  if (!r.u32(&m.slot_count) || !r.u64(&m.slot_bytes) || !r.u64(&m.stamp_bytes) || !finish(r)) {
+    return malformed("SHM_REGIONS");
+  }
+  if (m.slot_count < 2 || m.slot_count > 1024 || m.slot_bytes == 0 ||
+      m.stamp_bytes < m.slot_count * sizeof(std::uint64_t)) {
+    return malformed("SHM_REGIONS (sizes)");
+  }
+  return m;
+}
+
+std::vector<std::uint8_t> ShmOffer::encode() const {
+  ByteWriter w;
+  w.u16(kVersion);
+  w.str16(boot_id);
+  w.str16(socket_name);
+  return w.take();
+}
+
+Result<ShmOffer> ShmOffer::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ShmOffer m;
+  std::uint16_t version = 0;
+  if (!r.u16(&version) || version != kVersion || !r.str16(&m.boot_id, 64) || !r.str16(&m.socket_name, 100) ||
+      !finish(r) || m.socket_name.empty()) {
+    return malformed("shm offer");
+  }
   return m;
 }
 

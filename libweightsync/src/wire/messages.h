@@ -26,7 +26,11 @@ inline constexpr std::size_t kMaxTransportBlob = 1u << 20;
 using Nonce = std::array<std::uint8_t, kNonceBytes>;
 using Mac = std::array<std::uint8_t, kMacBytes>;
 
-enum class Role : std::uint8_t { kControl = 1, kData = 2 };
+// kControl: the control plane; kData: the TCP data transport; kShm: the
+// same-host shared-memory transport (on the publisher's Unix socket only).
+enum class Role : std::uint8_t { kControl = 1, kData = 2, kShm = 3 };
+
+const char* to_string(Role role) noexcept;
 
 struct HelloMsg {
   Role role = Role::kControl;
@@ -144,6 +148,26 @@ struct DataEndMsg {
   std::uint64_t stamp_after = 0;
   std::vector<std::uint8_t> encode() const;
   static Result<DataEndMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// SHM_REGIONS announces the descriptors that follow (one marker byte with
+// SCM_RIGHTS): slot_count read-only slot memfds, then the stamp page's.
+struct ShmRegionsMsg {
+  std::uint32_t slot_count = 0;
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t stamp_bytes = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<ShmRegionsMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// The "shm" transport's offer blob in SLOT_TABLE (versioned): which host the
+// publisher runs on (kernel boot id) and its abstract Unix socket's name.
+struct ShmOffer {
+  static constexpr std::uint16_t kVersion = 1;
+  std::string boot_id;
+  std::string socket_name;
+  std::vector<std::uint8_t> encode() const;
+  static Result<ShmOffer> decode(const std::vector<std::uint8_t>& p);
 };
 
 }  // namespace weightsync::detail

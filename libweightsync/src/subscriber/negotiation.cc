@@ -1,0 +1,70 @@
+// Transport negotiation: preference order, offers, viability, fallback.
+#include "subscriber/negotiation.h"
+
+#include <algorithm>
+
+#include "common/host_identity.h"
+#include "common/log.h"
+#include "transport/shm/shm_data_channel.h"
+#include "transport/tcp/tcp_data_channel.h"
+#include "weightsync/transports.h"
+
+namespace weightsync::detail {
+namespace {
+
+Result<std::unique_ptr<DataChannel>> open(const std::string& name, const TransportOffer& offer,
+                                          const NegotiationInput& in) {
+  if (name == "shm") {
+    auto shm = ShmOffer::decode(offer.blob);
+    if (!shm.ok()) return Status(ErrorCode::kProtocolError, "the publisher's shm offer is malformed");
+    if (shm->boot_id != boot_id()) {
+      return Status(ErrorCode::kInvalidConfig, "the publisher runs on another host");
+    }
+    return open_shm_data_channel(ShmChannelConfig{shm->socket_name, in.secret, in.session_id, in.client_name,
+                                                  in.connect_timeout_ms, in.slot_count, in.slot_bytes});
+  }
+  return open_tcp_data_channel(
+      TcpChannelConfig{in.publisher, in.secret, in.session_id, in.client_name, in.connect_timeout_ms});
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataChannel>> negotiate_transport(const NegotiationInput& in) {
+  const std::vector<TransportInfo> built = available_transports();
+  std::string names = "auto";
+  for (const auto& t : built) names += ", " + t.name;
+  const bool any = in.requested == "auto";
+  if (!any && std::none_of(built.begin(), built.end(),
+                           [&](const TransportInfo& t) { return t.name == in.requested; })) {
+    return Status(
+        ErrorCode::kInvalidConfig,
+        "transport '" + in.requested + "' is not built into this library (available: " + names + ")");
+  }
+  std::string reasons;
+  for (const TransportInfo& t : built) {
+    if (!any && t.name != in.requested) continue;
+    auto offer = std::find_if(in.offers.begin(), in.offers.end(),
+                              [&](const TransportOffer& o) { return o.name == t.name; });
+    std::string why;
+    if (offer == in.offers.end()) {
+      why = "not offered by the publisher";
+    } else if (!t.viable) {
+      why = "not viable here: " + t.reason;
+    } else {
+      auto channel = open(t.name, *offer, in);
+      if (channel.ok()) return channel;
+      if (channel.status().code() == ErrorCode::kAuthFailed) return channel.status();
+      why = channel.status().message();
+    }
+    if (!any) {
+      return Status(ErrorCode::kInvalidConfig,
+                    "transport '" + t.name + "' was requested (WEIGHTSYNC_TRANSPORT or options) but " + why);
+    }
+    WS_INFO("subscriber: transport {} not used: {}; trying the next", t.name, why);
+    reasons += (reasons.empty() ? "" : "; ") + t.name + ": " + why;
+  }
+  return Status(ErrorCode::kInvalidConfig,
+                "no data transport is usable with this publisher (" + reasons + ")");
+}
+
+}  // namespace weightsync::detail

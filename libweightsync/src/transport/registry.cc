@@ -1,0 +1,46 @@
+// The transports built into this library, in preference order, and their
+// viability on this machine.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/host_identity.h"
+#include "net/unix_socket.h"
+#include "weightsync/transports.h"
+
+namespace weightsync {
+namespace {
+
+TransportInfo probe_shm() {
+  TransportInfo info{"shm", "same-host shared memory: one copy from the publisher's slot, no network", false,
+                     ""};
+  if (detail::boot_id().empty()) {
+    info.reason = "cannot read /proc/sys/kernel/random/boot_id, so same-host peers cannot be recognised";
+    return info;
+  }
+  int fd = ::memfd_create("weightsync-probe", MFD_CLOEXEC);
+  if (fd < 0) {
+    info.reason = "memfd_create is not available (Linux >= 3.17 needed)";
+    return info;
+  }
+  ::close(fd);
+  std::string name = "weightsync-probe-" + std::to_string(::getpid());
+  auto listener = detail::listen_unix_abstract(name);
+  if (!listener.ok()) {
+    info.reason = "abstract Unix sockets are not available: " + listener.status().message();
+    return info;
+  }
+  info.viable = true;
+  return info;
+}
+
+}  // namespace
+
+std::vector<TransportInfo> available_transports() {
+  try {
+    return {probe_shm(), TransportInfo{"tcp", "TCP streams on a second authenticated connection", true, ""}};
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace weightsync

@@ -1,0 +1,135 @@
+// Shared-memory transport, subscriber side.
+#include "transport/shm/shm_data_channel.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "auth/handshake.h"
+#include "common/tsan.h"
+#include "net/unix_socket.h"
+#include "wire/frame_io.h"
+
+namespace weightsync::detail {
+namespace {
+
+constexpr const char* kPeer = "publisher (local socket)";
+// Copy in pieces so progress and checksums see the bytes while they are hot.
+constexpr std::size_t kCopyChunk = 4u << 20;
+
+// A read-only mapping of one received descriptor.
+class ReadOnlyMapping {
+ public:
+  static Result<ReadOnlyMapping> map(int fd, std::uint64_t min_bytes) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < min_bytes) {
+      return Status(ErrorCode::kProtocolError, "publisher's shared memory is smaller than announced");
+    }
+    void* p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      return Status(ErrorCode::kConnectionLost,
+                    std::string("cannot map the publisher's shared memory: ") + std::strerror(errno));
+    }
+    ReadOnlyMapping m;
+    m.data_ = p;
+    m.size_ = static_cast<std::size_t>(st.st_size);
+    return m;
+  }
+  ReadOnlyMapping() = default;
+  ReadOnlyMapping(ReadOnlyMapping&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; }
+  ReadOnlyMapping& operator=(ReadOnlyMapping&&) = delete;
+  ~ReadOnlyMapping() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  const char* data() const { return static_cast<const char*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+class ShmDataChannel final : public DataChannel {
+ public:
+  ShmDataChannel(std::vector<ReadOnlyMapping> slots, ReadOnlyMapping stamps, std::uint64_t slot_bytes)
+      : slots_(std::move(slots)), stamps_(std::move(stamps)), slot_bytes_(slot_bytes) {}
+
+  const char* name() const override { return "shm"; }
+
+  Result<std::uint64_t> read(const ReadRequest& request) override {
+    if (request.slot >= slots_.size())
+      return Status(ErrorCode::kProtocolError, "lease names a slot out of range");
+    const auto* stamp = reinterpret_cast<const std::atomic<std::uint64_t>*>(stamps_.data()) + request.slot;
+    if (stamp->load(std::memory_order_acquire) != request.stamp) {
+      return Status(ErrorCode::kVersionRevoked, "slot was rewritten before the read; pull again");
+    }
+    const char* base = slots_[request.slot].data();
+    WS_SEQLOCK_READ_BEGIN();  // may race a revoking writer; the stamp below decides
+    for (const ReadPiece& piece : *request.plan) {
+      if (piece.slot_offset > slot_bytes_ || piece.length > slot_bytes_ - piece.slot_offset) {
+        WS_SEQLOCK_READ_END();
+        return Status(ErrorCode::kInternal, "read plan outside the slot");
+      }
+      auto* dest = static_cast<char*>(piece.dest);
+      for (std::uint64_t done = 0; done < piece.length; done += kCopyChunk) {
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(kCopyChunk, piece.length - done));
+        std::memcpy(dest + done, base + piece.slot_offset + done, n);
+        if (request.on_bytes) request.on_bytes(dest + done, n);
+      }
+    }
+    WS_SEQLOCK_READ_END();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return stamp->load(std::memory_order_relaxed);
+  }
+
+  void close() override {}
+
+ private:
+  std::vector<ReadOnlyMapping> slots_;
+  ReadOnlyMapping stamps_;
+  std::uint64_t slot_bytes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DataChannel>> open_shm_data_channel(const ShmChannelConfig& config) {
+  const Deadline deadline = Deadline::after(std::chrono::milliseconds(config.connect_timeout_ms));
+  auto socket = connect_unix_abstract(config.socket_name, deadline);
+  if (!socket.ok()) return socket.status();
+  auto session =
+      client_handshake(*socket, config.secret, Role::kShm, config.session_id, config.client_name, deadline);
+  if (!session.ok()) return session.status();
+  auto frame = read_expected(*socket, MsgType::kShmRegions, kMaxReplyPayload, deadline, kPeer);
+  if (!frame.ok()) return frame.status();
+  auto regions = ShmRegionsMsg::decode(frame->payload);
+  if (!regions.ok()) return regions.status();
+  if (regions->slot_count != config.slot_count || regions->slot_bytes != config.slot_bytes) {
+    return Status(ErrorCode::kProtocolError, "publisher's shared regions do not match its slot table");
+  }
+  auto fds = recv_fds(*socket, regions->slot_count + 1, deadline, kPeer);
+  if (!fds.ok()) return fds.status();
+  std::vector<ReadOnlyMapping> slots;
+  Status failed;
+  for (std::uint32_t i = 0; i < regions->slot_count && failed.ok(); ++i) {
+    auto m = ReadOnlyMapping::map((*fds)[i], regions->slot_bytes);
+    if (m.ok()) {
+      slots.push_back(std::move(*m));
+    } else {
+      failed = m.status();
+    }
+  }
+  auto stamps = failed.ok() ? ReadOnlyMapping::map(fds->back(), regions->slot_count * sizeof(std::uint64_t))
+                            : Result<ReadOnlyMapping>(failed);
+  for (int fd : *fds) ::close(fd);  // the mappings keep the memory alive
+  if (!stamps.ok()) return stamps.status();
+  return std::unique_ptr<DataChannel>(
+      new ShmDataChannel(std::move(slots), std::move(*stamps), regions->slot_bytes));
+}
+
+}  // namespace weightsync::detail

@@ -1,0 +1,42 @@
+// Shared-memory transport, publisher side: after the handshake on the local
+// Unix socket, send SHM_REGIONS and the read-only descriptors of every slot
+// and of the stamp page. The subscriber maps them once and reads one-sidedly.
+#include <unistd.h>
+
+#include "net/unix_socket.h"
+#include "publisher/connection_handlers.h"
+#include "wire/frame_io.h"
+
+namespace weightsync::detail {
+
+Status serve_shm(const HandlerContext& ctx) {
+  const SlotRing& ring = *ctx.state->ring;
+  std::vector<int> fds;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  for (std::uint32_t i = 0; i < ring.slot_count(); ++i) {
+    auto fd = ring.slot_region(i).open_read_only();
+    if (!fd.ok()) {
+      close_all();
+      return reply_error(ctx, ErrorCode::kInternal, fd.status().message());
+    }
+    fds.push_back(*fd);
+  }
+  auto stamp_fd = ring.stamp_region().open_read_only();
+  if (!stamp_fd.ok()) {
+    close_all();
+    return reply_error(ctx, ErrorCode::kInternal, stamp_fd.status().message());
+  }
+  fds.push_back(*stamp_fd);
+
+  const Deadline io = Deadline::after(std::chrono::milliseconds(ctx.io_timeout_ms));
+  ShmRegionsMsg msg{static_cast<std::uint32_t>(ring.slot_count()), ring.slot_bytes(),
+                    ring.stamp_region().size()};
+  Status s = write_frame(*ctx.socket, MsgType::kShmRegions, msg.encode(), io, "subscriber");
+  if (s.ok()) s = send_fds(*ctx.socket, fds, io, "subscriber");
+  close_all();
+  return s;
+}
+
+}  // namespace weightsync::detail
