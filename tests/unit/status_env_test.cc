@@ -73,3 +73,34 @@ TEST_CASE("env: explicit option > environment > default; malformed values are er
   ::unsetenv("WEIGHTSYNC_TEST_MS");
   ::unsetenv("WEIGHTSYNC_TEST_BOOL");
 }
+
+#include "weightsync/settings.h"
+
+TEST_CASE("settings: every setting is reported with its source, and the secret never is", "[env]") {
+  ::setenv("WEIGHTSYNC_SECRET", "hunter2-hunter2", 1);
+  ::setenv("WEIGHTSYNC_CONNECT_TIMEOUT_MS", "oops", 1);
+  ::unsetenv("WEIGHTSYNC_TIMEOUT_MS");
+  PublisherOptions p;
+  p.checksum = true;
+  auto reports = describe_settings(p, {});
+  auto find = [&](const std::string& name) {
+    for (const auto& r : reports) {
+      if (r.name == name) return r;
+    }
+    FAIL("no setting " << name);
+    return SettingReport{};
+  };
+  const auto secret = find("secret");
+  CHECK(secret.source == "environment");
+  CHECK(secret.value.find("hunter2") == std::string::npos);
+  CHECK_THAT(secret.value, Catch::Contains("15 bytes"));
+  CHECK(find("checksum").source == "option");
+  CHECK(find("checksum").value == "on");
+  CHECK(find("io_timeout_ms").source == "default");
+  CHECK(find("io_timeout_ms").value == "10000 ms");
+  const auto broken = find("connect_timeout_ms");
+  CHECK_THAT(broken.error, Catch::Contains("WEIGHTSYNC_CONNECT_TIMEOUT_MS"));
+  for (const auto& r : reports) CHECK_FALSE(r.environment.empty());
+  ::unsetenv("WEIGHTSYNC_SECRET");
+  ::unsetenv("WEIGHTSYNC_CONNECT_TIMEOUT_MS");
+}

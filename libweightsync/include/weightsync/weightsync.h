@@ -11,6 +11,7 @@
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
 #include "weightsync/publisher.h"
+#include "weightsync/settings.h"
 #include "weightsync/status.h"
 #include "weightsync/subscriber.h"
 #include "weightsync/transports.h"

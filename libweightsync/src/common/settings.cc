@@ -1,0 +1,79 @@
+// describe_settings(): the resolution used by Publisher and Subscriber, reported.
+#include "weightsync/settings.h"
+
+#include <cstdlib>
+
+#include "common/env.h"
+#include "weightsync/log.h"
+
+namespace weightsync {
+namespace {
+
+template <typename T, typename Render>
+SettingReport report(const char* name, const char* env, const Result<detail::Setting<T>>& resolved,
+                     T fallback, Render render) {
+  SettingReport r{name, env, "", "", ""};
+  if (resolved.ok()) {
+    r.value = render(resolved->value);
+    r.source = detail::to_string(resolved->source);
+  } else {
+    r.value = render(fallback);
+    r.source = "default";
+    r.error = resolved.status().message();
+  }
+  return r;
+}
+
+std::string as_is(const std::string& s) {
+  return s;
+}
+std::string millis(int ms) {
+  return std::to_string(ms) + " ms";
+}
+std::string on_off(bool b) {
+  return b ? "on" : "off";
+}
+
+}  // namespace
+
+std::vector<SettingReport> describe_settings(const PublisherOptions& p, const SubscriberOptions& s) {
+  std::vector<SettingReport> out;
+  try {
+    const std::optional<std::string>& secret_option = p.secret ? p.secret : s.secret;
+    out.push_back(report("secret", "WEIGHTSYNC_SECRET",
+                         detail::resolve_string(secret_option, "WEIGHTSYNC_SECRET", ""), std::string(),
+                         [](const std::string& v) {
+                           return v.empty() ? std::string("(none: publishers listen on loopback only)")
+                                            : "(set, " + std::to_string(v.size()) + " bytes)";
+                         }));
+    out.push_back(report("bind_address", "WEIGHTSYNC_BIND",
+                         detail::resolve_string(p.bind_address, "WEIGHTSYNC_BIND", "127.0.0.1"),
+                         std::string("127.0.0.1"), as_is));
+    out.push_back(report("io_timeout_ms", "WEIGHTSYNC_TIMEOUT_MS",
+                         detail::resolve_millis(p.io_timeout_ms ? p.io_timeout_ms : s.io_timeout_ms,
+                                                "WEIGHTSYNC_TIMEOUT_MS", 10000),
+                         10000, millis));
+    out.push_back(report("connect_timeout_ms", "WEIGHTSYNC_CONNECT_TIMEOUT_MS",
+                         detail::resolve_millis(s.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000),
+                         5000, millis));
+    out.push_back(report("transport", "WEIGHTSYNC_TRANSPORT",
+                         detail::resolve_string(s.transport, "WEIGHTSYNC_TRANSPORT", "auto"),
+                         std::string("auto"), as_is));
+    out.push_back(report("checksum", "WEIGHTSYNC_CHECKSUM",
+                         detail::resolve_bool(p.checksum, "WEIGHTSYNC_CHECKSUM", false), false, on_off));
+    SettingReport level{"log_level", "WEIGHTSYNC_LOG_LEVEL", to_string(log_level()), "default", ""};
+    if (const char* raw = std::getenv("WEIGHTSYNC_LOG_LEVEL"); raw != nullptr && *raw != '\0') {
+      if (detail::parse_log_level(raw)) {
+        level.source = "environment";
+      } else {
+        level.error =
+            std::string("WEIGHTSYNC_LOG_LEVEL='") + raw + "' is not one of error, warn, info, debug, trace";
+      }
+    }
+    out.push_back(level);
+  } catch (...) {
+  }
+  return out;
+}
+
+}  // namespace weightsync
