@@ -11,6 +11,7 @@ packages=(
   libxxhash-dev                      # end-to-end checksums (xxHash3)
   catch2                             # the test framework (v2)
   libcli11-dev                       # command-line parsing in examples and tools
+  libucx-dev                         # the UCX transport (one-sided ucp_get)
   "$@"
 )
 

@@ -231,3 +231,34 @@ TEST_CASE("a checksum mismatch is detected, and never delivered", "[checksum]") 
   CHECK(pulled->checksum_verified);
   CHECK(image_mismatch(layout, image->data(), 2) == -1);
 }
+
+TEST_CASE("no memory is registered on the pull path", "[registrations]") {
+  const auto layout = bytes_layout(8 << 20, 4);
+  auto publisher = Publisher::create(layout);
+  REQUIRE(publisher.ok());
+  auto sub = connect_checked((*publisher)->address(), options_for_transport());
+  auto image = HostBuffer::allocate(layout.total_bytes());
+  REQUIRE(image.ok());
+  std::vector<HostBuffer> buffers;
+  std::vector<ScatterEntry> entries;
+  for (const auto& t : layout.tensors()) {
+    auto b = HostBuffer::allocate(t.bytes);
+    REQUIRE(b.ok());
+    entries.push_back({t.spec.name, b->data(), t.bytes});
+    buffers.push_back(std::move(*b));
+  }
+  std::uint64_t after_first = 0;
+  for (std::uint64_t version = 1; version <= 6; ++version) {
+    publish_pattern(**publisher, version);
+    auto pulled = sub->pull(version % 2 ? Destination::contiguous(image->data(), image->size())
+                                        : Destination::scatter(entries));
+    REQUIRE(pulled.ok());
+    if (version % 2) CHECK(image_mismatch(layout, image->data(), version) == -1);
+    if (version == 2) after_first = sub->stats().registrations;  // both destinations seen once
+  }
+  // Destinations are registered at most once, on first use; the steady pull
+  // loop registers nothing.
+  CHECK(sub->stats().registrations == after_first);
+  CHECK(sub->stats().pulls == 6);
+  WARN(conformance_transport() << ": " << after_first << " registrations for 2 destinations, none after");
+}

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "transport/ucx/ucx_offer.h"
 #include "weightsync/layout.h"
 #include "wire/messages.h"
 
@@ -32,6 +33,9 @@ int main(int argc, char** argv) {
       {"query", QueryVersionMsg{4, 100}.encode()},
       {"lease", LeaseMsg{1, 4, 2, 8, true, 77}.encode()},
       {"read", read.encode()},
+      {"shm_regions", ShmRegionsMsg{3, 1 << 20, 4096}.encode()},
+      {"shm_offer", ShmOffer{"3f1c0e4e-7a0b-4d1e-9c53-2d6f0a3b7e11", "weightsync-00112233"}.encode()},
+      {"ucx_offer", ucx.encode()},
   };
   for (const auto& [name, bytes] : seeds) {
     std::string path = std::string(argv[1]) + "/" + name;

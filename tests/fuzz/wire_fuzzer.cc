@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "transport/ucx/ucx_offer.h"
 #include "weightsync/layout.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
@@ -37,6 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)ReleaseMsg::decode(payload);
   (void)DataMsg::decode(payload);
   (void)DataEndMsg::decode(payload);
+  if (auto r = ShmRegionsMsg::decode(payload); r.ok()) require(r->stamp_bytes >= r->slot_count * 8u);
+  if (auto o = ShmOffer::decode(payload); o.ok()) require(!o->socket_name.empty());
+  if (auto u = UcxOffer::decode(payload); u.ok()) {
+    require(u->slots.size() >= 2 && !u->worker_address.empty());
+    for (const auto& s : u->slots) require(!s.rkey.empty());
+  }
   if (auto lease = LeaseMsg::decode(payload); lease.ok()) require(lease->stamp == lease->version << 1);
   if (auto read = ReadMsg::decode(payload); read.ok()) {
     require(!read->ranges.empty() && read->ranges.size() <= kMaxReadRanges);

@@ -122,8 +122,8 @@ TEST_CASE("dead peers: a subscriber SIGKILLed mid-transfer leaves the publisher 
   auto healthy = Subscriber::connect((*publisher)->address(), quick_options());
   REQUIRE(healthy.ok());
 
-  auto victim = ChildProcess::spawn(
-      {peer_path(), "subscribe", "--address", (*publisher)->address(), "--slow-ms", "50"});
+  auto victim = ChildProcess::spawn({peer_path(), "subscribe", "--address", (*publisher)->address(),
+                                     "--slow-ms", "50", "--transport", "tcp"});
   REQUIRE(victim.wait_for("PROGRESS", std::chrono::seconds(20)));
   CHECK((*publisher)->stats().leases_active == 1);  // the victim holds a lease mid-transfer
   victim.signal(SIGKILL);

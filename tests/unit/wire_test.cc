@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "transport/ucx/ucx_offer.h"
 #include "weightsync/layout.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
@@ -140,12 +141,19 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
   table.slot_count = 2;
   table.slot_bytes = 512;
   table.transports = {{"tcp", {}}};
+  UcxOffer ucx;
+  ucx.worker_address = {1, 2, 3};
+  ucx.slots = {{4096, 1 << 20, {7, 7}}, {8192, 1 << 20, {8}}};
+  ucx.stamps = {65536, 4096, {9}};
   const std::vector<std::vector<std::uint8_t>> seeds = {layout->serialize(),
                                                         read.encode(),
                                                         hello.encode(),
                                                         table.encode(),
                                                         LeaseMsg{1, 2, 0, 4, true, 9}.encode(),
-                                                        ErrorMsg{ErrorCode::kBusy, "x"}.encode()};
+                                                        ErrorMsg{ErrorCode::kBusy, "x"}.encode(),
+                                                        ShmRegionsMsg{3, 4096, 4096}.encode(),
+                                                        ShmOffer{"boot", "weightsync-abc"}.encode(),
+                                                        ucx.encode()};
   std::uint64_t executions = 0, accepted = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> input;
@@ -165,6 +173,16 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
     accepted += SlotTableMsg::decode(input).ok();
     accepted += ErrorMsg::decode(input).ok();
     accepted += QueryVersionMsg::decode(input).ok();
+    if (auto r = ShmRegionsMsg::decode(input); r.ok()) {
+      ++accepted;
+      CHECK(r->stamp_bytes >= r->slot_count * 8);
+    }
+    accepted += ShmOffer::decode(input).ok();
+    if (auto o = UcxOffer::decode(input); o.ok()) {
+      ++accepted;
+      CHECK(o->slots.size() >= 2);
+      for (const auto& s : o->slots) CHECK_FALSE(s.rkey.empty());
+    }
     if (auto l = WeightLayout::deserialize(input.data(), input.size()); l.ok()) {
       ++accepted;
       // Anything accepted obeys the layout rules.

@@ -10,7 +10,7 @@
 //     WEIGHTSYNC_BIND                publisher bind address (default 127.0.0.1)
 //     WEIGHTSYNC_TIMEOUT_MS          I/O timeout on a stalled peer (default 10000)
 //     WEIGHTSYNC_CONNECT_TIMEOUT_MS  connect + handshake timeout (default 5000)
-//     WEIGHTSYNC_TRANSPORT           data transport: auto | tcp (default auto)
+//     WEIGHTSYNC_TRANSPORT           data transport: auto | ucx | shm | tcp (default auto)
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
 //     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
 //   A malformed value is a kInvalidConfig error naming the variable.

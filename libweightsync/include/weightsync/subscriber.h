@@ -3,7 +3,7 @@
 // Contract
 // - connect() opens an authenticated control connection to a Publisher,
 //   learns its layout and slot table, and opens the data transport chosen by
-//   negotiation (today: tcp). It fails with a clear error if the publisher is
+//   negotiation (see transports.h). It fails with a clear error if the publisher is
 //   unreachable, does not authenticate, or speaks another protocol version:
 //   each of its two connections is bounded by the connect timeout and each
 //   request after the handshake by the I/O timeout.
@@ -89,6 +89,13 @@ struct PullResult {
   bool checksum_verified = false;  // the publisher's xxHash3 matched
 };
 
+struct SubscriberStats {
+  std::uint64_t pulls = 0;          // successful pulls
+  std::uint64_t retries = 0;        // attempts discarded (revoked, torn, corrupt) and retried
+  std::uint64_t bytes = 0;          // payload bytes delivered by successful pulls
+  std::uint64_t registrations = 0;  // memory registrations made by the transport (first use of a destination)
+};
+
 class Subscriber {
  public:
   // address: "host:port" as given by Publisher::address().
@@ -100,7 +107,7 @@ class Subscriber {
 
   const WeightLayout& layout() const noexcept;
   std::size_t slot_count() const noexcept;
-  // The negotiated data transport ("tcp").
+  // The negotiated data transport ("ucx", "shm" or "tcp").
   std::string transport() const;
   // Whether the publisher computes checksums.
   bool publisher_checksums() const noexcept;
@@ -116,6 +123,7 @@ class Subscriber {
   std::uint64_t held_version() const noexcept;
   // OK, or the sticky connection error.
   Status status() const;
+  SubscriberStats stats() const;
 
   class Impl;
 

@@ -128,7 +128,7 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
       return Status(ErrorCode::kAuthFailed, "the publisher could not prove it knows the secret; refusing it");
     }
   }
-  if (welcome->session_id == 0 || (role == Role::kData && welcome->session_id != session_id)) {
+  if (welcome->session_id == 0 || (role != Role::kControl && welcome->session_id != session_id)) {
     return Status(ErrorCode::kProtocolError, "publisher returned an invalid session id");
   }
   return welcome->session_id;

@@ -25,3 +25,13 @@ extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
   do {                        \
   } while (0)
 #endif
+
+namespace weightsync::detail {
+// RAII form of WS_SEQLOCK_READ_BEGIN/END (ends even if a callback throws).
+struct SeqlockReadScope {
+  SeqlockReadScope() { WS_SEQLOCK_READ_BEGIN(); }
+  ~SeqlockReadScope() { WS_SEQLOCK_READ_END(); }
+  SeqlockReadScope(const SeqlockReadScope&) = delete;
+  SeqlockReadScope& operator=(const SeqlockReadScope&) = delete;
+};
+}  // namespace weightsync::detail

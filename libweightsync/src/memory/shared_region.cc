@@ -16,7 +16,7 @@ Result<SharedRegion> SharedRegion::create(std::size_t bytes, bool lock, const ch
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const std::size_t mapped = (bytes + page - 1) / page * page;
   SharedRegion region;
-  region.fd_ = ::memfd_create(name, MFD_CLOEXEC);
+  region.fd_ = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (region.fd_ < 0) {
     return Status(ErrorCode::kInvalidConfig, std::string("memfd_create failed: ") + std::strerror(errno));
   }
@@ -32,6 +32,14 @@ Result<SharedRegion> SharedRegion::create(std::size_t bytes, bool lock, const ch
   region.data_ = p;
   region.size_ = bytes;
   region.mapped_ = mapped;
+  // From now on only this mapping can write: no new writable mapping, no
+  // write(2), no resizing, whoever holds a descriptor (even one reopened
+  // read-write through /proc). Needs Linux >= 5.1.
+  if (::fcntl(region.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) !=
+      0) {
+    return Status(ErrorCode::kInvalidConfig,
+                  std::string("cannot seal shared memory (Linux >= 5.1 needed): ") + std::strerror(errno));
+  }
   if (lock) {
     if (::mlock(p, mapped) != 0) {
       return Status(ErrorCode::kInvalidConfig,

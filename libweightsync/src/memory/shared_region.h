@@ -1,6 +1,8 @@
 // SharedRegion: page-aligned memory backed by a memfd, mapped shared, so that
 // a local subscriber can map the same pages read-only (transport/shm). Owns
 // the mapping and the descriptor. Zero-filled, optionally mlocked. Move-only.
+// The memfd is sealed (F_SEAL_FUTURE_WRITE, SHRINK, GROW, SEAL) right after
+// it is mapped: only the owner's mapping can ever write it.
 #pragma once
 
 #include <cstddef>

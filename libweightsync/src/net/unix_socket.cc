@@ -12,7 +12,7 @@
 namespace weightsync::detail {
 namespace {
 
-constexpr std::size_t kMaxFds = 250;
+constexpr std::size_t kMaxFds = kMaxPassedFds;
 
 Result<sockaddr_un> abstract_address(const std::string& name, socklen_t* len) {
   sockaddr_un addr{};

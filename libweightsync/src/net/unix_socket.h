@@ -11,6 +11,9 @@
 
 namespace weightsync::detail {
 
+// Most descriptors send_fds()/recv_fds() pass in one message.
+inline constexpr std::size_t kMaxPassedFds = 250;
+
 // `name` is used without the leading NUL of abstract socket names.
 Result<Socket> listen_unix_abstract(const std::string& name);
 Result<Socket> connect_unix_abstract(const std::string& name, Deadline deadline);

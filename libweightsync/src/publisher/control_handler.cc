@@ -52,9 +52,7 @@ Status serve_control(const HandlerContext& ctx) {
         table.slot_count = static_cast<std::uint32_t>(ring.slot_count());
         table.slot_bytes = ring.slot_bytes();
         table.checksums = ctx.state->checksums;
-        if (!ctx.state->shm_offer.empty())
-          table.transports.push_back(TransportOffer{"shm", ctx.state->shm_offer});
-        table.transports.push_back(TransportOffer{"tcp", {}});
+        table.transports = ctx.state->offers;
         sent = reply(ctx, MsgType::kSlotTable, table.encode());
         break;
       }

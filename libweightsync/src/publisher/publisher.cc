@@ -16,6 +16,7 @@
 #include "net/unix_socket.h"
 #include "publisher/server.h"
 #include "ring/slot_ring.h"
+#include "transport/ucx/ucx_transport.h"
 #include "wire/frame.h"
 
 namespace weightsync {
@@ -31,6 +32,7 @@ class Publisher::Impl {
   std::uint16_t port = 0;
   bool checksums = false;
   std::unique_ptr<detail::SlotRing> ring;
+  std::unique_ptr<detail::UcxPublisherTransport> ucx;  // after ring: unmapped before the slots are
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
 
@@ -118,10 +120,20 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->bind_host = bind->value;
   impl->port = *port;
 
+  // Offers, best first. UCX: slots mapped once, now.
+  std::vector<detail::TransportOffer> offers;
+  if (auto ucx = detail::start_ucx_publisher(*impl->ring); ucx.ok()) {
+    impl->ucx = std::move(*ucx);
+    offers.push_back(detail::TransportOffer{"ucx", impl->ucx->offer()});
+  } else {
+    WS_INFO("publisher: UCX transport not offered: {}", ucx.status().message());
+  }
   // Same-host shared memory: an abstract Unix socket with an unguessable name.
   detail::Socket local_listener;
-  std::vector<std::uint8_t> shm_offer;
-  if (const std::string host = detail::boot_id(); !host.empty()) {
+  if (const std::string host = detail::boot_id(); host.empty() || options.slots + 1 > detail::kMaxPassedFds) {
+    WS_INFO("publisher: shared-memory transport not offered ({})",
+            host.empty() ? "no boot id" : "more slots than descriptors one message can pass");
+  } else {
     std::uint8_t token[16];
     Status random = detail::random_bytes(token, sizeof(token));
     if (!random.ok()) return random;
@@ -130,14 +142,15 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
     auto local = detail::listen_unix_abstract(name);
     if (local.ok()) {
       local_listener = std::move(*local);
-      shm_offer = detail::ShmOffer{host, name}.encode();
+      offers.push_back(detail::TransportOffer{"shm", detail::ShmOffer{host, name}.encode()});
     } else {
       WS_INFO("publisher: shared-memory transport not offered: {}", local.status().message());
     }
   }
 
   detail::ServerConfig config{secret->value, timeout->value, options.max_connections};
-  detail::ServedState state{&impl->layout, impl->ring.get(), impl->checksums, std::move(shm_offer)};
+  offers.push_back(detail::TransportOffer{"tcp", {}});
+  detail::ServedState state{&impl->layout, impl->ring.get(), impl->checksums, std::move(offers)};
   auto server = detail::PublisherServer::start(std::move(*listener), std::move(local_listener),
                                                std::move(config), std::move(state));
   if (!server.ok()) return server.status();

@@ -156,6 +156,8 @@ void PublisherServer::serve(Connection* conn) {
                                                    [&](std::uint64_t s) {
                                                      // Joinable before WELCOME leaves, so a data connection
                                                      // opened right after it is never refused.
+                                                     if (conn->local)
+                                                       return;  // refused after the handshake: never joinable
                                                      std::lock_guard<std::mutex> lock(mu_);
                                                      sessions_.insert(s);
                                                      control_session = s;

@@ -21,6 +21,7 @@
 #include "net/socket.h"
 #include "ring/slot_ring.h"
 #include "weightsync/layout.h"
+#include "wire/messages.h"
 
 namespace weightsync::detail {
 
@@ -35,8 +36,8 @@ struct ServedState {
   const WeightLayout* layout = nullptr;
   SlotRing* ring = nullptr;
   bool checksums = false;
-  // The "shm" transport's offer blob (ShmOffer), empty when it is not offered.
-  std::vector<std::uint8_t> shm_offer;
+  // The transports offered in SLOT_TABLE, best first (tcp always last).
+  std::vector<TransportOffer> offers;
 };
 
 struct ServerCounters {

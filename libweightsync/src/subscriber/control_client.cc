@@ -1,6 +1,8 @@
 // ControlClient: control-plane requests of a subscriber.
 #include "subscriber/control_client.h"
 
+#include <poll.h>
+
 #include "auth/handshake.h"
 #include "wire/frame_io.h"
 
@@ -64,6 +66,12 @@ Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than) {
 Status ControlClient::release(std::uint64_t lease_id) {
   return write_frame(socket_, MsgType::kRelease, ReleaseMsg{lease_id}.encode(),
                      Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
+}
+
+bool ControlClient::peer_alive() const {
+  pollfd p{socket_.fd(), POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return true;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
 }
 
 void ControlClient::bye() {

@@ -28,6 +28,8 @@ class ControlClient {
   // kNotReady when nothing newer than `newer_than` is published.
   Result<LeaseMsg> acquire(std::uint64_t newer_than);
   Status release(std::uint64_t lease_id);
+  // False when the publisher has closed or reset the control connection.
+  bool peer_alive() const;
   void bye();
 
  private:

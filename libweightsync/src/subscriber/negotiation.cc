@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "transport/shm/shm_data_channel.h"
 #include "transport/tcp/tcp_data_channel.h"
+#include "transport/ucx/ucx_transport.h"
 #include "weightsync/transports.h"
 
 namespace weightsync::detail {
@@ -14,6 +15,8 @@ namespace {
 
 Result<std::unique_ptr<DataChannel>> open(const std::string& name, const TransportOffer& offer,
                                           const NegotiationInput& in) {
+  if (name == "ucx")
+    return open_ucx_data_channel(offer.blob, in.slot_count, in.slot_bytes, in.connect_timeout_ms);
   if (name == "shm") {
     auto shm = ShmOffer::decode(offer.blob);
     if (!shm.ok()) return Status(ErrorCode::kProtocolError, "the publisher's shm offer is malformed");
@@ -41,29 +44,34 @@ Result<std::unique_ptr<DataChannel>> negotiate_transport(const NegotiationInput&
         "transport '" + in.requested + "' is not built into this library (available: " + names + ")");
   }
   std::string reasons;
+  Status tried;  // the last transport that was tried and failed to open
   for (const TransportInfo& t : built) {
     if (!any && t.name != in.requested) continue;
     auto offer = std::find_if(in.offers.begin(), in.offers.end(),
                               [&](const TransportOffer& o) { return o.name == t.name; });
-    std::string why;
+    Status why;
     if (offer == in.offers.end()) {
-      why = "not offered by the publisher";
+      why = Status(ErrorCode::kInvalidConfig, "not offered by the publisher");
     } else if (!t.viable) {
-      why = "not viable here: " + t.reason;
+      why = Status(ErrorCode::kInvalidConfig, "not viable here: " + t.reason);
     } else {
       auto channel = open(t.name, *offer, in);
       if (channel.ok()) return channel;
       if (channel.status().code() == ErrorCode::kAuthFailed) return channel.status();
-      why = channel.status().message();
+      why = channel.status();
+      if (why.code() != ErrorCode::kInvalidConfig) tried = why;
     }
     if (!any) {
-      return Status(ErrorCode::kInvalidConfig,
-                    "transport '" + t.name + "' was requested (WEIGHTSYNC_TRANSPORT or options) but " + why);
+      // Keep the error's code (a timeout stays a timeout); say what was asked.
+      return Status(why.code(), "transport '" + t.name +
+                                    "' was requested (WEIGHTSYNC_TRANSPORT or options) but " + why.message());
     }
-    WS_INFO("subscriber: transport {} not used: {}; trying the next", t.name, why);
-    reasons += (reasons.empty() ? "" : "; ") + t.name + ": " + why;
+    WS_INFO("subscriber: transport {} not used: {}; trying the next", t.name, why.message());
+    reasons += (reasons.empty() ? "" : "; ") + t.name + ": " + why.message();
   }
-  return Status(ErrorCode::kInvalidConfig,
+  // Nothing worked. If a transport was really tried, its failure (e.g. the
+  // publisher went away) is the error to act on; else it is configuration.
+  return Status(tried.ok() ? ErrorCode::kInvalidConfig : tried.code(),
                 "no data transport is usable with this publisher (" + reasons + ")");
 }
 

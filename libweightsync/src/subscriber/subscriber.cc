@@ -47,6 +47,7 @@ class Subscriber::Impl {
   int io_timeout_ms = 10000;
   std::uint64_t held_version = 0;
   Status sticky;
+  SubscriberStats stats;
 
   // Errors after which the connection's byte stream can no longer be trusted.
   static bool breaks_connection(const Status& s) {
@@ -147,6 +148,7 @@ class Subscriber::Impl {
     request.stamp = lease->stamp;
     request.plan = &plan;
     request.stall_ms = io_timeout_ms;
+    request.peer_alive = [this] { return control.peer_alive(); };
     request.on_bytes = [&](const void* p, std::size_t n) {
       if (hashing) hasher.update(p, n);
       received += n;
@@ -246,6 +248,12 @@ bool Subscriber::publisher_checksums() const noexcept {
 std::uint64_t Subscriber::held_version() const noexcept {
   return impl_->held_version;
 }
+SubscriberStats Subscriber::stats() const {
+  SubscriberStats s = impl_->stats;
+  s.registrations = impl_->channel->registrations();
+  return s;
+}
+
 Status Subscriber::status() const {
   return impl_->sticky;
 }
@@ -291,6 +299,9 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
       result->seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
       impl_->held_version = result->version;
+      ++impl_->stats.pulls;
+      impl_->stats.retries += retries;
+      impl_->stats.bytes += result->bytes;
       return result;
     }
     const ErrorCode code = result.status().code();

@@ -32,6 +32,10 @@ struct ReadRequest {
   const std::vector<ReadPiece>* plan = nullptr;
   std::function<void(const void*, std::size_t)> on_bytes;
   int stall_ms = 10000;
+  // False once the publisher is known to be gone (its control connection
+  // hung up). One-sided transports that cannot see peer failure themselves
+  // ask it while they wait, so a dead publisher is an error at once.
+  std::function<bool()> peer_alive;
 };
 
 class DataChannel {
@@ -44,6 +48,9 @@ class DataChannel {
   virtual Result<std::uint64_t> read(const ReadRequest& request) = 0;
   // Best-effort goodbye before closing.
   virtual void close() = 0;
+  // Memory registrations this channel made (destinations are registered on
+  // first use only; a steady pull loop adds none).
+  virtual std::uint64_t registrations() const { return 0; }
 };
 
 }  // namespace weightsync::detail

@@ -3,8 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+
 #include "common/host_identity.h"
 #include "net/unix_socket.h"
+#include "transport/ucx/ucx_transport.h"
 #include "weightsync/transports.h"
 
 namespace weightsync {
@@ -23,7 +26,9 @@ TransportInfo probe_shm() {
     return info;
   }
   ::close(fd);
-  std::string name = "weightsync-probe-" + std::to_string(::getpid());
+  static std::atomic<unsigned> probes{0};
+  std::string name =
+      "weightsync-probe-" + std::to_string(::getpid()) + "-" + std::to_string(probes.fetch_add(1));
   auto listener = detail::listen_unix_abstract(name);
   if (!listener.ok()) {
     info.reason = "abstract Unix sockets are not available: " + listener.status().message();
@@ -37,7 +42,8 @@ TransportInfo probe_shm() {
 
 std::vector<TransportInfo> available_transports() {
   try {
-    return {probe_shm(), TransportInfo{"tcp", "TCP streams on a second authenticated connection", true, ""}};
+    return {detail::probe_ucx(), probe_shm(),
+            TransportInfo{"tcp", "TCP streams on a second authenticated connection", true, ""}};
   } catch (...) {
     return {};
   }

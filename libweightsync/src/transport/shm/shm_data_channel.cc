@@ -54,6 +54,10 @@ class ReadOnlyMapping {
   std::size_t size_ = 0;
 };
 
+// Stamps are read in place from another process's memory: that needs
+// lock-free (hence address-free) 64-bit atomics.
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shm stamps need lock-free 64-bit atomics");
+
 class ShmDataChannel final : public DataChannel {
  public:
   ShmDataChannel(std::vector<ReadOnlyMapping> slots, ReadOnlyMapping stamps, std::uint64_t slot_bytes)
@@ -69,21 +73,21 @@ class ShmDataChannel final : public DataChannel {
       return Status(ErrorCode::kVersionRevoked, "slot was rewritten before the read; pull again");
     }
     const char* base = slots_[request.slot].data();
-    WS_SEQLOCK_READ_BEGIN();  // may race a revoking writer; the stamp below decides
-    for (const ReadPiece& piece : *request.plan) {
-      if (piece.slot_offset > slot_bytes_ || piece.length > slot_bytes_ - piece.slot_offset) {
-        WS_SEQLOCK_READ_END();
-        return Status(ErrorCode::kInternal, "read plan outside the slot");
-      }
-      auto* dest = static_cast<char*>(piece.dest);
-      for (std::uint64_t done = 0; done < piece.length; done += kCopyChunk) {
-        const std::size_t n =
-            static_cast<std::size_t>(std::min<std::uint64_t>(kCopyChunk, piece.length - done));
-        std::memcpy(dest + done, base + piece.slot_offset + done, n);
-        if (request.on_bytes) request.on_bytes(dest + done, n);
+    {
+      SeqlockReadScope racy_reads;  // may race a revoking writer; the stamp below decides
+      for (const ReadPiece& piece : *request.plan) {
+        if (piece.slot_offset > slot_bytes_ || piece.length > slot_bytes_ - piece.slot_offset) {
+          return Status(ErrorCode::kInternal, "read plan outside the slot");
+        }
+        auto* dest = static_cast<char*>(piece.dest);
+        for (std::uint64_t done = 0; done < piece.length; done += kCopyChunk) {
+          const std::size_t n =
+              static_cast<std::size_t>(std::min<std::uint64_t>(kCopyChunk, piece.length - done));
+          std::memcpy(dest + done, base + piece.slot_offset + done, n);
+          if (request.on_bytes) request.on_bytes(dest + done, n);
+        }
       }
     }
-    WS_SEQLOCK_READ_END();
     std::atomic_thread_fence(std::memory_order_acquire);
     return stamp->load(std::memory_order_relaxed);
   }

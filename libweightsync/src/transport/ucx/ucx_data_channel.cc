@@ -1,0 +1,353 @@
+// UCX transport, subscriber side: one endpoint to the publisher's worker in
+// peer error-handling mode; destinations are registered with ucp_mem_map the
+// first time they are used and never again (registrations() counts them);
+// reads are ucp_get_nbx in chunks with several requests in flight, straight
+// into the destination; then the slot's stamp is read (seqlock check).
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "common/deadline.h"
+#include "common/log.h"
+#include "transport/ucx/ucx_handles.h"
+#include "transport/ucx/ucx_offer.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace weightsync::detail {
+namespace {
+
+constexpr std::uint64_t kChunk = 8u << 20;
+constexpr int kInFlight = 8;
+
+struct RkeyDeleter {
+  void operator()(ucp_rkey_h k) const { ucp_rkey_destroy(k); }
+};
+using Rkey = std::unique_ptr<std::remove_pointer_t<ucp_rkey_h>, RkeyDeleter>;
+
+// Completion state of one get, owned by the channel until UCX is done with it.
+struct GetSlot {
+  std::atomic<bool> done{false};
+  ucs_status_t status = UCS_OK;
+};
+
+void on_get_done(void* request, ucs_status_t status, void* user_data) {
+  auto* slot = static_cast<GetSlot*>(user_data);
+  slot->status = status;
+  slot->done.store(true, std::memory_order_release);
+  ucp_request_free(request);
+}
+
+void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  static_cast<std::atomic<int>*>(arg)->store(static_cast<int>(status));
+}
+
+class UcxDataChannel final : public DataChannel {
+ public:
+  UcxDataChannel(UcxEndpointStack stack, UcxOffer offer)
+      : stack_(std::move(stack)), offer_(std::move(offer)) {}
+
+  ~UcxDataChannel() override { close(); }
+
+  const char* name() const override { return "ucx"; }
+  std::uint64_t registrations() const override { return registrations_; }
+
+  Status connect(std::uint64_t slot_bytes, int timeout_ms) {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(offer_.worker_address.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = on_peer_error;
+    params.err_handler.arg = &peer_error_;
+    ucs_status_t st = ucp_ep_create(stack_.worker.get(), &params, &ep_);
+    if (st == UCS_ERR_UNREACHABLE) {
+      // Some UCX transports (posix, sysv in UCX 1.13) cannot detect peer
+      // failure. Go on without: the control connection and the stall timeout
+      // of every read still turn a dead publisher into an error, never a hang.
+      WS_INFO("subscriber: UCX cannot detect peer failure with these UCX_TLS; relying on timeouts");
+      params.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      st = ucp_ep_create(stack_.worker.get(), &params, &ep_);
+    }
+    if (st != UCS_OK) {
+      return Status(ErrorCode::kConnectionLost, ucx_error("ucp_ep_create to the publisher", st));
+    }
+    for (const auto& region : offer_.slots) {
+      if (region.length < slot_bytes)
+        return Status(ErrorCode::kProtocolError, "ucx offer: slot region too small");
+      auto rkey = unpack(region);
+      if (!rkey.ok()) return rkey.status();
+      slot_rkeys_.push_back(std::move(*rkey));
+    }
+    if (offer_.stamps.length < offer_.slots.size() * sizeof(std::uint64_t)) {
+      return Status(ErrorCode::kProtocolError, "ucx offer: stamp region too small");
+    }
+    auto stamps = unpack(offer_.stamps);
+    if (!stamps.ok()) return stamps.status();
+    stamp_rkey_ = std::move(*stamps);
+    // Complete the wireup now, so a dead publisher shows up at connect time.
+    return flush(timeout_ms);
+  }
+
+  Result<std::uint64_t> read(const ReadRequest& request) override {
+    if (request.slot >= slot_rkeys_.size())
+      return Status(ErrorCode::kProtocolError, "lease names a slot out of range");
+    if (broken_.code() != ErrorCode::kOk) return broken_;
+    // Split the plan into chunks; register each destination piece once.
+    struct Chunk {
+      char* dest;
+      std::uint64_t remote;
+      std::size_t length;
+      ucp_mem_h memh;
+    };
+    std::vector<Chunk> chunks;
+    const std::uint64_t slot_base = offer_.slots[request.slot].address;
+    for (const ReadPiece& piece : *request.plan) {
+      if (piece.slot_offset > offer_.slots[request.slot].length ||
+          piece.length > offer_.slots[request.slot].length - piece.slot_offset) {
+        return Status(ErrorCode::kInternal, "read plan outside the slot");
+      }
+      auto memh = registration(piece.dest, piece.length);
+      if (!memh.ok()) return memh.status();
+      for (std::uint64_t off = 0; off < piece.length; off += kChunk) {
+        chunks.push_back(Chunk{static_cast<char*>(piece.dest) + off, slot_base + piece.slot_offset + off,
+                               static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, piece.length - off)),
+                               *memh});
+      }
+    }
+    // Heap-owned: a request UCX never completes keeps its state alive in abandoned_.
+    std::vector<std::unique_ptr<GetSlot>> state(chunks.size());
+    for (auto& st : state) st = std::make_unique<GetSlot>();
+    std::size_t issued = 0, reported = 0;
+    Status failure;
+    auto last_progress = std::chrono::steady_clock::now();
+    while (reported < chunks.size() && failure.ok()) {
+      while (issued < chunks.size() && issued - reported < static_cast<std::size_t>(kInFlight)) {
+        const Chunk& c = chunks[issued];
+        Status s =
+            get(c.dest, c.length, c.remote, slot_rkeys_[request.slot].get(), c.memh, state[issued].get());
+        ++issued;
+        if (!s.ok()) {
+          failure = s;
+          break;
+        }
+      }
+      const bool progressed = ucp_worker_progress(stack_.worker.get()) != 0;
+      // Report completed chunks in plan order (checksums need the order).
+      while (reported < issued && state[reported]->done.load(std::memory_order_acquire)) {
+        if (state[reported]->status != UCS_OK) {
+          failure = Status(ErrorCode::kConnectionLost,
+                           ucx_error("ucp_get from the publisher", state[reported]->status));
+          break;
+        }
+        if (request.on_bytes) request.on_bytes(chunks[reported].dest, chunks[reported].length);
+        ++reported;
+        last_progress = std::chrono::steady_clock::now();
+      }
+      if (peer_error_.load() != UCS_OK && failure.ok()) {
+        failure = Status(
+            ErrorCode::kConnectionLost,
+            ucx_error("the publisher's UCX endpoint failed", static_cast<ucs_status_t>(peer_error_.load())));
+      }
+      if (!progressed && failure.ok() && request.peer_alive && liveness_due() && !request.peer_alive()) {
+        failure = Status(ErrorCode::kConnectionLost,
+                         "the publisher closed its control connection during a UCX read (did it die?)");
+      }
+      if (!progressed && failure.ok() &&
+          std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(request.stall_ms)) {
+        failure =
+            Status(ErrorCode::kTimeout, "timed out reading from the publisher over UCX (no progress for " +
+                                            std::to_string(request.stall_ms) + " ms)");
+      }
+    }
+    if (!failure.ok()) {
+      fail(failure, state, issued);
+      return failure;
+    }
+    // Seqlock: the stamp is read only after every data get completed.
+    std::vector<std::unique_ptr<GetSlot>> stamp_state;
+    stamp_state.push_back(std::make_unique<GetSlot>());
+    auto stamp = std::make_unique<std::uint64_t>(0);  // heap: an abandoned get may still land in it
+    Status s =
+        get(stamp.get(), sizeof(std::uint64_t), offer_.stamps.address + request.slot * sizeof(std::uint64_t),
+            stamp_rkey_.get(), nullptr, stamp_state[0].get());
+    if (s.ok()) s = wait(*stamp_state[0], request.stall_ms, request.peer_alive, "the slot's stamp");
+    if (!s.ok()) {
+      abandoned_stamps_.push_back(std::move(stamp));
+      fail(s, stamp_state, 1);
+      return s;
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return *stamp;
+  }
+
+  void close() override {
+    close_endpoint_only();
+    for (auto& [key, memh] : registered_) ucp_mem_unmap(stack_.context.get(), memh);
+    registered_.clear();
+  }
+
+ private:
+  Result<Rkey> unpack(const UcxRegion& region) {
+    ucp_rkey_h rkey = nullptr;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep_, region.rkey.data(), &rkey);
+    if (st != UCS_OK) return Status(ErrorCode::kProtocolError, ucx_error("ucp_ep_rkey_unpack", st));
+    return Rkey(rkey);
+  }
+
+  // The destination's registration, made on first use only.
+  Result<ucp_mem_h> registration(void* dest, std::uint64_t length) {
+    auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(dest), length);
+    auto it = registered_.find(key);
+    if (it != registered_.end()) return it->second;
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = dest;
+    params.length = length;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t st = ucp_mem_map(stack_.context.get(), &params, &memh);
+    if (st != UCS_OK) return Status(ErrorCode::kInvalidConfig, ucx_error("registering the destination", st));
+    ++registrations_;
+    registered_.emplace(key, memh);
+    return memh;
+  }
+
+  Status get(void* dest, std::size_t length, std::uint64_t remote, ucp_rkey_h rkey, ucp_mem_h memh,
+             GetSlot* slot) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = on_get_done;
+    param.user_data = slot;
+    if (memh != nullptr) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
+    ucs_status_ptr_t req = ucp_get_nbx(ep_, dest, length, remote, rkey, &param);
+    if (req == nullptr) {
+      slot->done.store(true);
+      return Status();
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+      slot->done.store(true);
+      return Status(ErrorCode::kConnectionLost, ucx_error("ucp_get_nbx", UCS_PTR_STATUS(req)));
+    }
+    return Status();
+  }
+
+  // True at most every 50 ms: how often a stalled read asks whether the publisher is alive.
+  bool liveness_due() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_liveness_check_ < std::chrono::milliseconds(50)) return false;
+    last_liveness_check_ = now;
+    return true;
+  }
+
+  Status wait(GetSlot& slot, int stall_ms, const std::function<bool()>& peer_alive, const char* what) {
+    const Deadline deadline = Deadline::after(std::chrono::milliseconds(stall_ms));
+    while (!slot.done.load(std::memory_order_acquire)) {
+      if (ucp_worker_progress(stack_.worker.get()) != 0) continue;
+      if (deadline.expired())
+        return Status(ErrorCode::kTimeout, std::string("timed out reading ") + what + " over UCX");
+      if (peer_error_.load() != UCS_OK)
+        return Status(ErrorCode::kConnectionLost, "the publisher's UCX endpoint failed");
+      if (peer_alive && liveness_due() && !peer_alive()) {
+        return Status(ErrorCode::kConnectionLost,
+                      "the publisher closed its control connection (did it die?)");
+      }
+    }
+    if (slot.status != UCS_OK) return Status(ErrorCode::kConnectionLost, ucx_error("ucp_get", slot.status));
+    return Status();
+  }
+
+  Status flush(int timeout_ms) {
+    ucp_request_param_t param{};
+    std::vector<std::unique_ptr<GetSlot>> done;
+    done.push_back(std::make_unique<GetSlot>());
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = on_get_done;
+    param.user_data = done[0].get();
+    ucs_status_ptr_t req = ucp_ep_flush_nbx(ep_, &param);
+    if (req == nullptr) return Status();
+    if (UCS_PTR_IS_ERR(req)) {
+      return Status(ErrorCode::kConnectionLost,
+                    ucx_error("connecting to the publisher over UCX", UCS_PTR_STATUS(req)));
+    }
+    Status s = wait(*done[0], timeout_ms, nullptr, "the publisher's UCX address");
+    if (!s.ok()) fail(s, done, 1);
+    return s;
+  }
+
+  // After a failure: close the endpoint by force (pending requests complete
+  // with an error) and give them a moment. A request UCX has not completed by
+  // then keeps its state in abandoned_ until the worker is destroyed. Requests
+  // only ever run inside ucp_worker_progress on this thread, and a broken
+  // channel never progresses again, so nothing lands in caller memory later.
+  void fail(const Status& why, std::vector<std::unique_ptr<GetSlot>>& state, std::size_t issued) {
+    broken_ = why;
+    close_endpoint_only();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (std::size_t i = 0; i < issued; ++i) {
+      while (!state[i]->done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+        ucp_worker_progress(stack_.worker.get());
+      }
+      if (!state[i]->done.load(std::memory_order_acquire)) abandoned_.push_back(std::move(state[i]));
+    }
+  }
+
+  void close_endpoint_only() {
+    if (ep_ == nullptr) return;
+    slot_rkeys_.clear();
+    stamp_rkey_.reset();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep_, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
+        ucp_worker_progress(stack_.worker.get());
+      }
+      ucp_request_free(req);  // released by UCX when it completes
+    }
+    ep_ = nullptr;
+  }
+
+  // Declared first, destroyed last: outlives the worker, whose destruction
+  // may still complete abandoned requests.
+  std::vector<std::unique_ptr<GetSlot>> abandoned_;
+  std::vector<std::unique_ptr<std::uint64_t>> abandoned_stamps_;
+  UcxEndpointStack stack_;
+  UcxOffer offer_;
+  ucp_ep_h ep_ = nullptr;
+  std::vector<Rkey> slot_rkeys_;
+  Rkey stamp_rkey_;
+  std::map<std::pair<std::uintptr_t, std::uint64_t>, ucp_mem_h> registered_;
+  std::uint64_t registrations_ = 0;
+  std::atomic<int> peer_error_{UCS_OK};
+  Status broken_;
+  std::chrono::steady_clock::time_point last_liveness_check_{};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DataChannel>> open_ucx_data_channel(const std::vector<std::uint8_t>& blob,
+                                                           std::uint32_t slot_count, std::uint64_t slot_bytes,
+                                                           int connect_timeout_ms) {
+  try {
+    auto offer = UcxOffer::decode(blob);
+    if (!offer.ok()) return offer.status();
+    if (offer->slots.size() != slot_count)
+      return Status(ErrorCode::kProtocolError, "ucx offer: wrong slot count");
+    auto stack = make_ucx_stack("weightsync-subscriber", /*wakeup=*/false);
+    if (!stack.ok()) return stack.status();
+    auto channel = std::make_unique<UcxDataChannel>(std::move(*stack), std::move(*offer));
+    Status s = channel->connect(slot_bytes, connect_timeout_ms);
+    if (!s.ok()) return s;
+    return std::unique_ptr<DataChannel>(std::move(channel));
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, std::string("opening the UCX transport: ") + e.what());
+  }
+}
+
+}  // namespace weightsync::detail
