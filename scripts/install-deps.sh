@@ -12,6 +12,7 @@ packages=(
   catch2                             # the test framework (v2)
   libcli11-dev                       # command-line parsing in examples and tools
   libucx-dev                         # the UCX transport (one-sided ucp_get)
+  libibverbs-dev                     # the ibverbs transport (RDMA READ); builds without a device
   "$@"
 )
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "transport/ucx/ucx_offer.h"
+#include "transport/verbs/verbs_wire.h"
 #include "weightsync/layout.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
@@ -40,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)DataEndMsg::decode(payload);
   if (auto r = ShmRegionsMsg::decode(payload); r.ok()) require(r->stamp_bytes >= r->slot_count * 8u);
   if (auto o = ShmOffer::decode(payload); o.ok()) require(!o->socket_name.empty());
+  if (auto v = VerbsOffer::decode(payload); v.ok()) require(v->slots.size() >= 2);
+  if (auto e = VerbsEndpoint::decode(payload); e.ok()) require(e->qp_num != 0 && (e->psn >> 24) == 0);
   if (auto u = UcxOffer::decode(payload); u.ok()) {
     require(u->slots.size() >= 2 && !u->worker_address.empty());
     for (const auto& s : u->slots) require(!s.rkey.empty());

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "transport/ucx/ucx_offer.h"
+#include "transport/verbs/verbs_wire.h"
 #include "weightsync/layout.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
@@ -145,15 +146,18 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
   ucx.worker_address = {1, 2, 3};
   ucx.slots = {{4096, 1 << 20, {7, 7}}, {8192, 1 << 20, {8}}};
   ucx.stamps = {65536, 4096, {9}};
-  const std::vector<std::vector<std::uint8_t>> seeds = {layout->serialize(),
-                                                        read.encode(),
-                                                        hello.encode(),
-                                                        table.encode(),
-                                                        LeaseMsg{1, 2, 0, 4, true, 9}.encode(),
-                                                        ErrorMsg{ErrorCode::kBusy, "x"}.encode(),
-                                                        ShmRegionsMsg{3, 4096, 4096}.encode(),
-                                                        ShmOffer{"boot", "weightsync-abc"}.encode(),
-                                                        ucx.encode()};
+  const std::vector<std::vector<std::uint8_t>> seeds = {
+      layout->serialize(),
+      read.encode(),
+      hello.encode(),
+      table.encode(),
+      LeaseMsg{1, 2, 0, 4, true, 9}.encode(),
+      ErrorMsg{ErrorCode::kBusy, "x"}.encode(),
+      ShmRegionsMsg{3, 4096, 4096}.encode(),
+      ShmOffer{"boot", "weightsync-abc"}.encode(),
+      ucx.encode(),
+      VerbsOffer{{{4096, 65536, 7}, {8192, 65536, 8}}, {12288, 4096, 9}}.encode(),
+      VerbsEndpoint{0x1234, 0x42, 3, {}, 5}.encode()};
   std::uint64_t executions = 0, accepted = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> input;
@@ -178,6 +182,12 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       CHECK(r->stamp_bytes >= r->slot_count * 8);
     }
     accepted += ShmOffer::decode(input).ok();
+    accepted += VerbsOffer::decode(input).ok();
+    if (auto e = VerbsEndpoint::decode(input); e.ok()) {
+      ++accepted;
+      CHECK(e->qp_num != 0);
+      CHECK((e->psn >> 24) == 0);
+    }
     if (auto o = UcxOffer::decode(input); o.ok()) {
       ++accepted;
       CHECK(o->slots.size() >= 2);

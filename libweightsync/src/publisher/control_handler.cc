@@ -89,6 +89,24 @@ Status serve_control(const HandlerContext& ctx) {
         ring.release(ctx.session, release->lease_id);  // no reply by design
         break;
       }
+      case MsgType::kTransportConnect: {
+        auto request = TransportConnectMsg::decode(frame->payload);
+        if (!request.ok()) return reply_error(ctx, ErrorCode::kProtocolError, request.status().message());
+        auto accepted = ctx.state->transport_connect
+                            ? ctx.state->transport_connect(request->transport, ctx.session, request->blob)
+                            : Result<std::vector<std::uint8_t>>(
+                                  Status(ErrorCode::kInvalidConfig, "no transport needs a connection here"));
+        if (!accepted.ok()) {
+          // A transport that cannot connect is an answer (the subscriber falls back), not a broken
+          // connection.
+          sent = reply(ctx, MsgType::kError,
+                       ErrorMsg{accepted.status().code(), accepted.status().message()}.encode());
+          break;
+        }
+        sent = reply(ctx, MsgType::kTransportAccept,
+                     TransportConnectMsg{request->transport, *accepted}.encode());
+        break;
+      }
       case MsgType::kBye: return Status();
       default:
         return reply_error(ctx, ErrorCode::kProtocolError,

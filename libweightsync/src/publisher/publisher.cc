@@ -17,6 +17,7 @@
 #include "publisher/server.h"
 #include "ring/slot_ring.h"
 #include "transport/ucx/ucx_transport.h"
+#include "transport/verbs/verbs_transport.h"
 #include "wire/frame.h"
 
 namespace weightsync {
@@ -32,7 +33,8 @@ class Publisher::Impl {
   std::uint16_t port = 0;
   bool checksums = false;
   std::unique_ptr<detail::SlotRing> ring;
-  std::unique_ptr<detail::UcxPublisherTransport> ucx;  // after ring: unmapped before the slots are
+  std::unique_ptr<detail::UcxPublisherTransport> ucx;      // after ring: unmapped before the slots are
+  std::unique_ptr<detail::VerbsPublisherTransport> verbs;  // likewise
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
 
@@ -120,8 +122,14 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->bind_host = bind->value;
   impl->port = *port;
 
-  // Offers, best first. UCX: slots mapped once, now.
+  // Offers, best first. verbs and UCX: slots registered once, now.
   std::vector<detail::TransportOffer> offers;
+  if (auto verbs = detail::start_verbs_publisher(*impl->ring); verbs.ok()) {
+    impl->verbs = std::move(*verbs);
+    offers.push_back(detail::TransportOffer{"verbs", impl->verbs->offer()});
+  } else {
+    WS_INFO("publisher: verbs transport not offered: {}", verbs.status().message());
+  }
   if (auto ucx = detail::start_ucx_publisher(*impl->ring); ucx.ok()) {
     impl->ucx = std::move(*ucx);
     offers.push_back(detail::TransportOffer{"ucx", impl->ucx->offer()});
@@ -150,7 +158,21 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
 
   detail::ServerConfig config{secret->value, timeout->value, options.max_connections};
   offers.push_back(detail::TransportOffer{"tcp", {}});
-  detail::ServedState state{&impl->layout, impl->ring.get(), impl->checksums, std::move(offers)};
+  detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
+                            std::move(offers), nullptr,          nullptr};
+  if (impl->verbs) {
+    detail::VerbsPublisherTransport* verbs_transport = impl->verbs.get();
+    state.transport_connect =
+        [verbs_transport](const std::string& name, std::uint64_t session,
+                          const std::vector<std::uint8_t>& blob) -> Result<std::vector<std::uint8_t>> {
+      if (name != "verbs")
+        return Status(ErrorCode::kInvalidConfig, "transport '" + name + "' takes no connection");
+      return verbs_transport->connect(session, blob);
+    };
+    state.session_closed = [verbs_transport](std::uint64_t session) {
+      verbs_transport->session_closed(session);
+    };
+  }
   auto server = detail::PublisherServer::start(std::move(*listener), std::move(local_listener),
                                                std::move(config), std::move(state));
   if (!server.ok()) return server.status();

@@ -208,6 +208,7 @@ void PublisherServer::serve(Connection* conn) {
       sessions_.erase(control_session);
     }
     state_.ring->release_session(control_session);
+    if (state_.session_closed) state_.session_closed(control_session);
   }
   conn->socket.shutdown_both();
   counters_.connections_active.fetch_sub(1);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,12 @@ struct ServedState {
   bool checksums = false;
   // The transports offered in SLOT_TABLE, best first (tcp always last).
   std::vector<TransportOffer> offers;
+  // Transports with per-connection state (TRANSPORT_CONNECT): name -> handler
+  // returning the accept blob; `session_closed` drops a session's state.
+  std::function<Result<std::vector<std::uint8_t>>(const std::string&, std::uint64_t,
+                                                  const std::vector<std::uint8_t>&)>
+      transport_connect;
+  std::function<void(std::uint64_t)> session_closed;
 };
 
 struct ServerCounters {

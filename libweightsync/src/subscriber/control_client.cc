@@ -68,6 +68,18 @@ Status ControlClient::release(std::uint64_t lease_id) {
                      Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
 }
 
+Result<std::vector<std::uint8_t>> ControlClient::transport_connect(const std::string& transport,
+                                                                   const std::vector<std::uint8_t>& blob) {
+  auto frame = call(MsgType::kTransportConnect, TransportConnectMsg{transport, blob}.encode(),
+                    MsgType::kTransportAccept);
+  if (!frame.ok()) return frame.status();
+  auto msg = TransportConnectMsg::decode(frame->payload);
+  if (!msg.ok()) return msg.status();
+  if (msg->transport != transport)
+    return Status(ErrorCode::kProtocolError, "TRANSPORT_ACCEPT for another transport");
+  return msg->blob;
+}
+
 bool ControlClient::peer_alive() const {
   pollfd p{socket_.fd(), POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return true;

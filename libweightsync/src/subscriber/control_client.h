@@ -28,6 +28,9 @@ class ControlClient {
   // kNotReady when nothing newer than `newer_than` is published.
   Result<LeaseMsg> acquire(std::uint64_t newer_than);
   Status release(std::uint64_t lease_id);
+  // TRANSPORT_CONNECT: exchanges a transport's connection blobs.
+  Result<std::vector<std::uint8_t>> transport_connect(const std::string& transport,
+                                                      const std::vector<std::uint8_t>& blob);
   // False when the publisher has closed or reset the control connection.
   bool peer_alive() const;
   void bye();

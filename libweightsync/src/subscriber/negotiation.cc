@@ -15,6 +15,7 @@ namespace {
 
 Result<std::unique_ptr<DataChannel>> open(const std::string& name, const TransportOffer& offer,
                                           const NegotiationInput& in) {
+  if (name == "verbs") return open_verbs_data_channel(offer.blob, in.slot_count, in.slot_bytes, in.exchange);
   if (name == "ucx")
     return open_ucx_data_channel(offer.blob, in.slot_count, in.slot_bytes, in.connect_timeout_ms);
   if (name == "shm") {

@@ -11,6 +11,7 @@
 
 #include "net/socket.h"
 #include "transport/data_channel.h"
+#include "transport/verbs/verbs_transport.h"
 #include "wire/messages.h"
 
 namespace weightsync::detail {
@@ -25,6 +26,8 @@ struct NegotiationInput {
   int connect_timeout_ms = 5000;
   std::uint32_t slot_count = 0;
   std::uint64_t slot_bytes = 0;
+  // TRANSPORT_CONNECT over the control connection (verbs queue pairs).
+  TransportExchange exchange;
 };
 
 // kInvalidConfig for an unknown name, or when no allowed transport works.

@@ -218,7 +218,10 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
   auto channel = detail::negotiate_transport(detail::NegotiationInput{
       transport->value, table->transports, *target, secret->value, session, options.client_name,
-      connect_timeout->value, table->slot_count, table->slot_bytes});
+      connect_timeout->value, table->slot_count, table->slot_bytes,
+      [control = &impl->control](const std::string& name, const std::vector<std::uint8_t>& blob) {
+        return control->transport_connect(name, blob);
+      }});
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;

@@ -8,6 +8,7 @@
 #include "common/host_identity.h"
 #include "net/unix_socket.h"
 #include "transport/ucx/ucx_transport.h"
+#include "transport/verbs/verbs_transport.h"
 #include "weightsync/transports.h"
 
 namespace weightsync {
@@ -42,7 +43,7 @@ TransportInfo probe_shm() {
 
 std::vector<TransportInfo> available_transports() {
   try {
-    return {detail::probe_ucx(), probe_shm(),
+    return {detail::probe_verbs(), detail::probe_ucx(), probe_shm(),
             TransportInfo{"tcp", "TCP streams on a second authenticated connection", true, ""}};
   } catch (...) {
     return {};

@@ -27,6 +27,8 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kData: return "DATA";
     case MsgType::kDataEnd: return "DATA_END";
     case MsgType::kShmRegions: return "SHM_REGIONS";
+    case MsgType::kTransportConnect: return "TRANSPORT_CONNECT";
+    case MsgType::kTransportAccept: return "TRANSPORT_ACCEPT";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

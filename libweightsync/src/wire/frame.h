@@ -39,6 +39,8 @@ enum class MsgType : std::uint16_t {
   kData = 21,
   kDataEnd = 22,
   kShmRegions = 23,
+  kTransportConnect = 24,
+  kTransportAccept = 25,
   kBye = 30,
 };
 

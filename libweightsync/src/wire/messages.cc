@@ -293,6 +293,23 @@ Result<DataEndMsg> DataEndMsg::decode(const std::vector<std::uint8_t>& p) {
   return m;
 }
 
+std::vector<std::uint8_t> TransportConnectMsg::encode() const {
+  ByteWriter w;
+  w.str16(transport);
+  w.blob32(blob);
+  return w.take();
+}
+
+Result<TransportConnectMsg> TransportConnectMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  TransportConnectMsg m;
+  if (!r.str16(&m.transport, kMaxTransportName) || m.transport.empty() || !r.blob32(&m.blob, 64 * 1024) ||
+      !finish(r)) {
+    return malformed("TRANSPORT_CONNECT/ACCEPT");
+  }
+  return m;
+}
+
 std::vector<std::uint8_t> ShmRegionsMsg::encode() const {
   ByteWriter w;
   w.u32(slot_count);

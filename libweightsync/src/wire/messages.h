@@ -150,6 +150,17 @@ struct DataEndMsg {
   static Result<DataEndMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
+// TRANSPORT_CONNECT / TRANSPORT_ACCEPT: a data transport that needs
+// per-connection state on the publisher (ibverbs RC queue pairs) exchanges its
+// opaque, transport-versioned connection blobs over the authenticated control
+// connection. The publisher keeps that state until the session ends.
+struct TransportConnectMsg {
+  std::string transport;
+  std::vector<std::uint8_t> blob;
+  std::vector<std::uint8_t> encode() const;
+  static Result<TransportConnectMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
 // SHM_REGIONS announces the descriptors that follow (one marker byte with
 // SCM_RIGHTS): slot_count read-only slot memfds, then the stamp page's.
 struct ShmRegionsMsg {

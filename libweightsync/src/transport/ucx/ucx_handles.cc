@@ -1,10 +1,39 @@
 // UCX context and worker creation.
 #include "transport/ucx/ucx_handles.h"
 
+#include <cstdlib>
+
 namespace weightsync::detail {
 
 std::string ucx_error(const char* what, ucs_status_t status) {
   return std::string(what) + ": " + ucs_status_string(status);
+}
+
+std::string ucx_emulated_rma_risk() {
+  const char* allow = std::getenv("WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA");
+  if (allow != nullptr && std::string(allow) == "1") return "";
+  const char* tls = std::getenv("UCX_TLS");
+  const std::string why =
+      " would let UCX emulate one-sided reads over its tcp transport, and UCX 1.13's emulation aborts the "
+      "publisher when a subscriber dies mid-read. Set UCX_TLS to transports with native RMA (e.g. "
+      "posix,sysv,cma,self "
+      "on one host; rc,sm,self or dc,sm,self on InfiniBand/RoCE), or WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA=1 to "
+      "accept "
+      "the risk; the built-in tcp transport serves meanwhile";
+  if (tls == nullptr || *tls == '\0') return "UCX_TLS is unset (UCX's default includes tcp), which" + why;
+  std::string list = tls;
+  if (list[0] == '^') return "UCX_TLS=" + list + " (an exclusion list)" + why;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string tl = list.substr(start, end - start);
+    if (tl == "all" || tl == "tcp" || tl == "ud" || tl == "ud_v" || tl == "ud_x" || tl == "sockcm") {
+      return "UCX_TLS=" + list + " includes " + tl + ", which" + why;
+    }
+    start = end + 1;
+  }
+  return "";
 }
 
 Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup) {

@@ -26,6 +26,13 @@ struct UcxEndpointStack {
   UcxWorker worker;
 };
 
+// Empty when UCX_TLS restricts UCX to transports with native one-sided
+// access; else why UCX would emulate RMA in software. UCX 1.13's emulation
+// aborts the target process (ucs_fatal in ucp_get_req_handler) when a reader
+// dies mid-read, so a publisher must not offer it unless the operator sets
+// WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA=1.
+std::string ucx_emulated_rma_risk();
+
 // A context with RMA (and wakeup when asked) and one single-threaded worker.
 // UCX reads its own UCX_* environment (UCX_TLS selects its transports).
 Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup);

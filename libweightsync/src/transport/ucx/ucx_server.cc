@@ -122,6 +122,9 @@ class UcxServer final : public UcxPublisherTransport {
 }  // namespace
 
 Result<std::unique_ptr<UcxPublisherTransport>> start_ucx_publisher(const SlotRing& ring) {
+  if (const std::string risk = ucx_emulated_rma_risk(); !risk.empty()) {
+    return Status(ErrorCode::kInvalidConfig, risk);
+  }
   try {
     return UcxServer::start(ring);
   } catch (const std::exception& e) {
@@ -131,6 +134,10 @@ Result<std::unique_ptr<UcxPublisherTransport>> start_ucx_publisher(const SlotRin
 
 TransportInfo probe_ucx() {
   TransportInfo info{"ucx", "UCX one-sided reads (ucp_get); UCX_TLS picks UCX's transports", false, ""};
+  if (const std::string risk = ucx_emulated_rma_risk(); !risk.empty()) {
+    info.reason = risk;
+    return info;
+  }
   auto stack = make_ucx_stack("weightsync-probe", false);
   if (!stack.ok()) {
     info.reason = stack.status().message();
