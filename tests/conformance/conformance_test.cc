@@ -1,7 +1,7 @@
 // The conformance suite: the same guarantees checked on every data transport
 // (bit-exact pulls, no torn reads, dead and stalled publishers, dead
-// subscribers, checksum mismatches). ctest runs each case once per transport
-// as "conformance <transport>: <case>"; see tests/CMakeLists.txt.
+// subscribers, checksum mismatches, no registration on the pull path). ctest runs each case once per
+// transport as "conformance <transport>: <case>"; see tests/CMakeLists.txt.
 #include <catch2/catch.hpp>
 
 #include <signal.h>

@@ -42,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto r = ShmRegionsMsg::decode(payload); r.ok()) require(r->stamp_bytes >= r->slot_count * 8u);
   if (auto o = ShmOffer::decode(payload); o.ok()) require(!o->socket_name.empty());
   if (auto v = VerbsOffer::decode(payload); v.ok()) require(v->slots.size() >= 2);
+  if (auto t = TransportConnectMsg::decode(payload); t.ok()) require(!t->transport.empty());
   if (auto e = VerbsEndpoint::decode(payload); e.ok()) require(e->qp_num != 0 && (e->psn >> 24) == 0);
   if (auto u = UcxOffer::decode(payload); u.ok()) {
     require(u->slots.size() >= 2 && !u->worker_address.empty());

@@ -53,7 +53,8 @@ inline void publish_pattern(weightsync::Publisher& publisher, std::uint64_t vers
 }
 
 // Options for tests: short timeouts, and a fixed transport (tcp unless said).
-inline weightsync::SubscriberOptions quick_options(int io_timeout_ms = 5000, const std::string& transport = "tcp") {
+inline weightsync::SubscriberOptions quick_options(int io_timeout_ms = 5000,
+                                                   const std::string& transport = "tcp") {
   weightsync::SubscriberOptions o;
   o.transport = transport;
   o.connect_timeout_ms = 5000;

@@ -21,7 +21,7 @@ bool rdma_device_present() {
 }
 }  // namespace
 
-TEST_CASE("transports: listed best first; verbs without a device says why and is never chosen",
+TEST_CASE("transports: listed best first, and verbs without a device says why and is never chosen",
           "[transports]") {
   const auto transports = available_transports();
   std::vector<std::string> names;

@@ -39,7 +39,7 @@ TEST_CASE("status: every error code has a name and the documented action", "[sta
   CHECK(misuse.status().code() == ErrorCode::kInternal);
 }
 
-TEST_CASE("env: explicit option > environment > default; malformed values are errors", "[env]") {
+TEST_CASE("env: explicit option > environment > default, malformed values are errors", "[env]") {
   using detail::SettingSource;
   ::unsetenv("WEIGHTSYNC_TEST_MS");
   auto d = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);

@@ -157,7 +157,8 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       ShmOffer{"boot", "weightsync-abc"}.encode(),
       ucx.encode(),
       VerbsOffer{{{4096, 65536, 7}, {8192, 65536, 8}}, {12288, 4096, 9}}.encode(),
-      VerbsEndpoint{0x1234, 0x42, 3, {}, 5}.encode()};
+      VerbsEndpoint{0x1234, 0x42, 3, {}, 5}.encode(),
+      TransportConnectMsg{"verbs", {1, 2, 3}}.encode()};
   std::uint64_t executions = 0, accepted = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> input;
@@ -183,6 +184,10 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
     }
     accepted += ShmOffer::decode(input).ok();
     accepted += VerbsOffer::decode(input).ok();
+    if (auto t = TransportConnectMsg::decode(input); t.ok()) {
+      ++accepted;
+      CHECK_FALSE(t->transport.empty());
+    }
     if (auto e = VerbsEndpoint::decode(input); e.ok()) {
       ++accepted;
       CHECK(e->qp_num != 0);

@@ -10,7 +10,9 @@
 //     WEIGHTSYNC_BIND                publisher bind address (default 127.0.0.1)
 //     WEIGHTSYNC_TIMEOUT_MS          I/O timeout on a stalled peer (default 10000)
 //     WEIGHTSYNC_CONNECT_TIMEOUT_MS  connect + handshake timeout (default 5000)
-//     WEIGHTSYNC_TRANSPORT           data transport: auto | ucx | shm | tcp (default auto)
+//     WEIGHTSYNC_TRANSPORT           data transport: auto | verbs | ucx | shm | tcp (default auto)
+//     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
+//     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: offer UCX even where it emulates RMA (see transports.md)
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
 //     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
 //   A malformed value is a kInvalidConfig error naming the variable.
@@ -59,7 +61,7 @@ struct PublisherOptions {
   bool lock_memory = false;
   // Send/receive stall limit per peer. nullopt: WEIGHTSYNC_TIMEOUT_MS, else 10000.
   std::optional<int> io_timeout_ms;
-  // Most subscriber connections served at once (control + data count as one each).
+  // Most connections served at once (each subscriber uses a control one and a data one).
   std::size_t max_connections = 256;
 };
 

@@ -18,6 +18,12 @@
 //   publisher close a connection) is sticky: every later call returns it.
 //   Create a new Subscriber to reconnect. kNotReady, kVersionRevoked,
 //   kChecksumMismatch and argument errors are not sticky.
+// - Destinations: RDMA-capable transports (verbs, ucx) register a destination
+//   the first time it is used and keep it registered for the Subscriber's
+//   lifetime, so the steady pull loop registers nothing. Keep a destination's
+//   memory allocated while the Subscriber lives (a model's parameter buffer
+//   is the intended use); memory freed and reallocated at the same address
+//   would be written through the stale registration.
 // - Threads: a Subscriber has no threads of its own; every call runs on the
 //   caller's thread and blocks at most for its timeout. Use one Subscriber from
 //   one thread at a time. The progress callback runs on the caller's thread.
@@ -91,7 +97,7 @@ struct PullResult {
 
 struct SubscriberStats {
   std::uint64_t pulls = 0;          // successful pulls
-  std::uint64_t retries = 0;        // attempts discarded (revoked, torn, corrupt) and retried
+  std::uint64_t retries = 0;        // discarded attempts (revoked, torn, corrupt) of successful pulls
   std::uint64_t bytes = 0;          // payload bytes delivered by successful pulls
   std::uint64_t registrations = 0;  // memory registrations made by the transport (first use of a destination)
 };
@@ -107,7 +113,7 @@ class Subscriber {
 
   const WeightLayout& layout() const noexcept;
   std::size_t slot_count() const noexcept;
-  // The negotiated data transport ("ucx", "shm" or "tcp").
+  // The negotiated data transport ("verbs", "ucx", "shm" or "tcp").
   std::string transport() const;
   // Whether the publisher computes checksums.
   bool publisher_checksums() const noexcept;

@@ -5,7 +5,8 @@
 // - available_transports() lists every transport compiled into the library,
 //   in negotiation preference order (best first). `viable` says whether it can
 //   be used on this machine; when it cannot, `reason` says why, in words an
-//   operator can act on. Probing is cheap and side-effect free.
+//   operator can act on. Probing is cheap (it may open and close a device, a
+//   memfd and a socket) and leaves nothing behind.
 // - A subscriber takes the best transport that is viable, offered by the
 //   publisher, and allowed by SubscriberOptions::transport /
 //   WEIGHTSYNC_TRANSPORT ("auto" allows all). Subscriber::transport() names

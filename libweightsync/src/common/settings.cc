@@ -2,6 +2,7 @@
 #include "weightsync/settings.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "common/env.h"
 #include "weightsync/log.h"
@@ -61,6 +62,14 @@ std::vector<SettingReport> describe_settings(const PublisherOptions& p, const Su
                          std::string("auto"), as_is));
     out.push_back(report("checksum", "WEIGHTSYNC_CHECKSUM",
                          detail::resolve_bool(p.checksum, "WEIGHTSYNC_CHECKSUM", false), false, on_off));
+    auto informational = [&](const char* name, const char* env, const char* fallback) {
+      const char* raw = std::getenv(env);
+      const bool set = raw != nullptr && *raw != '\0';
+      out.push_back(SettingReport{name, env, set ? raw : fallback, set ? "environment" : "default", ""});
+    };
+    informational("verbs_device", "WEIGHTSYNC_VERBS_DEVICE", "(first with an active port)");
+    informational("ucx_allow_emulated_rma", "WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA", "0");
+    informational("ucx_transports", "UCX_TLS", "(UCX default: all)");
     SettingReport level{"log_level", "WEIGHTSYNC_LOG_LEVEL", to_string(log_level()), "default", ""};
     if (const char* raw = std::getenv("WEIGHTSYNC_LOG_LEVEL"); raw != nullptr && *raw != '\0') {
       if (detail::parse_log_level(raw)) {

@@ -91,9 +91,9 @@ class UcxDataChannel final : public DataChannel {
   }
 
   Result<std::uint64_t> read(const ReadRequest& request) override {
+    if (broken_.code() != ErrorCode::kOk) return broken_;
     if (request.slot >= slot_rkeys_.size())
       return Status(ErrorCode::kProtocolError, "lease names a slot out of range");
-    if (broken_.code() != ErrorCode::kOk) return broken_;
     // Split the plan into chunks; register each destination piece once.
     struct Chunk {
       char* dest;
@@ -154,7 +154,7 @@ class UcxDataChannel final : public DataChannel {
         failure = Status(ErrorCode::kConnectionLost,
                          "the publisher closed its control connection during a UCX read (did it die?)");
       }
-      if (!progressed && failure.ok() &&
+      if (failure.ok() &&
           std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(request.stall_ms)) {
         failure =
             Status(ErrorCode::kTimeout, "timed out reading from the publisher over UCX (no progress for " +
