@@ -75,14 +75,9 @@ TEST_CASE("bit-exact pulls at several sizes, contiguous and scatter", "[bitexact
   const WeightLayout& layout = sub->layout();
   auto region = HostBuffer::allocate(layout.total_bytes());
   REQUIRE(region.ok());
-  std::vector<HostBuffer> buffers;
-  std::vector<ScatterEntry> entries;
-  for (const auto& t : layout.tensors()) {
-    auto b = HostBuffer::allocate(t.bytes);
-    REQUIRE(b.ok());
-    entries.push_back({t.spec.name, b->data(), t.bytes});
-    buffers.push_back(std::move(*b));
-  }
+  auto scatter_buffers = allocate_scatter(layout);
+  const auto& buffers = scatter_buffers.buffers;
+  const auto& entries = scatter_buffers.entries;
   for (std::uint64_t version = 1; version <= 3; ++version) {
     peer.process.write_line("next");
     REQUIRE(peer.process.wait_for("PUBLISHED " + std::to_string(version), std::chrono::seconds(30)));
@@ -239,14 +234,9 @@ TEST_CASE("no memory is registered on the pull path", "[registrations]") {
   auto sub = connect_checked((*publisher)->address(), options_for_transport());
   auto image = HostBuffer::allocate(layout.total_bytes());
   REQUIRE(image.ok());
-  std::vector<HostBuffer> buffers;
-  std::vector<ScatterEntry> entries;
-  for (const auto& t : layout.tensors()) {
-    auto b = HostBuffer::allocate(t.bytes);
-    REQUIRE(b.ok());
-    entries.push_back({t.spec.name, b->data(), t.bytes});
-    buffers.push_back(std::move(*b));
-  }
+  auto scatter_buffers = allocate_scatter(layout);
+  const auto& buffers = scatter_buffers.buffers;
+  const auto& entries = scatter_buffers.entries;
   std::uint64_t after_first = 0;
   for (std::uint64_t version = 1; version <= 6; ++version) {
     publish_pattern(**publisher, version);

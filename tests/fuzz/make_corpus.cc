@@ -4,6 +4,7 @@
 #include <string>
 
 #include "transport/ucx/ucx_offer.h"
+#include "transport/verbs/verbs_wire.h"
 #include "weightsync/layout.h"
 #include "wire/messages.h"
 
@@ -21,6 +22,11 @@ int main(int argc, char** argv) {
   table.transports = {{"tcp", {}}, {"ucx", {1, 2, 3, 4}}};
   auto layout =
       WeightLayout::build({{"embed", DType::kBFloat16, {512, 64}}, {"head", DType::kFloat32, {64}}});
+  UcxOffer ucx;
+  ucx.worker_address = std::vector<std::uint8_t>(64, 0x5a);
+  ucx.slots = {{4096, 1 << 20, {1, 2, 3}}, {8192, 1 << 20, {4, 5}}};
+  ucx.stamps = {65536, 4096, {6}};
+  VerbsOffer verbs{{{4096, 1 << 20, 11}, {8192, 1 << 20, 12}}, {65536, 4096, 13}};
   const std::pair<const char*, std::vector<std::uint8_t>> seeds[] = {
       {"hello", HelloMsg{Role::kData, 9, {}, "gen"}.encode()},
       {"challenge", ChallengeMsg{{}, true}.encode()},
@@ -36,6 +42,9 @@ int main(int argc, char** argv) {
       {"shm_regions", ShmRegionsMsg{3, 1 << 20, 4096}.encode()},
       {"shm_offer", ShmOffer{"3f1c0e4e-7a0b-4d1e-9c53-2d6f0a3b7e11", "weightsync-00112233"}.encode()},
       {"ucx_offer", ucx.encode()},
+      {"verbs_offer", verbs.encode()},
+      {"verbs_endpoint", VerbsEndpoint{0x1234, 0x42, 3, {}, 5}.encode()},
+      {"transport_connect", TransportConnectMsg{"verbs", {1, 2, 3}}.encode()},
   };
   for (const auto& [name, bytes] : seeds) {
     std::string path = std::string(argv[1]) + "/" + name;

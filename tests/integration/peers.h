@@ -42,6 +42,23 @@ inline std::int64_t image_mismatch(const weightsync::WeightLayout& layout, const
   return -1;
 }
 
+// One buffer per tensor of `layout`, and the scatter entries pointing at them.
+struct ScatterBuffers {
+  std::vector<weightsync::HostBuffer> buffers;
+  std::vector<weightsync::ScatterEntry> entries;
+};
+
+inline ScatterBuffers allocate_scatter(const weightsync::WeightLayout& layout) {
+  ScatterBuffers out;
+  for (const auto& t : layout.tensors()) {
+    auto b = weightsync::HostBuffer::allocate(t.bytes);
+    REQUIRE(b.ok());
+    out.entries.push_back({t.spec.name, b->data(), t.bytes});
+    out.buffers.push_back(std::move(*b));
+  }
+  return out;
+}
+
 // Publishes `version` in place: each tensor gets the version's test pattern.
 inline void publish_pattern(weightsync::Publisher& publisher, std::uint64_t version) {
   auto writer = publisher.begin_publish(version);

@@ -25,14 +25,9 @@ TEST_CASE("pubsub: versions arrive bit-exact across processes, 1 B to 256 MiB, c
 
   auto region = HostBuffer::allocate(layout.total_bytes());
   REQUIRE(region.ok());
-  std::vector<HostBuffer> buffers;
-  std::vector<ScatterEntry> entries;
-  for (const auto& t : layout.tensors()) {
-    auto b = HostBuffer::allocate(t.bytes);
-    REQUIRE(b.ok());
-    entries.push_back({t.spec.name, b->data(), t.bytes});
-    buffers.push_back(std::move(*b));
-  }
+  auto scatter_buffers = allocate_scatter(layout);
+  const auto& buffers = scatter_buffers.buffers;
+  const auto& entries = scatter_buffers.entries;
   const auto contiguous = Destination::contiguous(region->data(), region->size());
   const auto scatter = Destination::scatter(entries);
 
