@@ -4,6 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <stdlib.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "peers.h"
 
@@ -46,4 +51,84 @@ TEST_CASE("transports: listed best first, and verbs without a device says why an
   REQUIRE_FALSE(forced.ok());
   CHECK(forced.status().code() == ErrorCode::kInvalidConfig);
   CHECK_THAT(forced.status().message(), Catch::Contains("verbs") && Catch::Contains("not offered"));
+}
+
+namespace {
+// Sets an environment variable for one scope, restoring the old value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+bool ucx_viable() {
+  for (const auto& t : available_transports()) {
+    if (t.name == "ucx") return t.viable;
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("slot allocator: UCX allocates the slots when UCX_TLS names its shared memory, else memfd",
+          "[transports]") {
+  {
+    // UCX's default transports include tcp: UCX is not offered, memfd slots, shm offered.
+    auto publisher = Publisher::create(bytes_layout(1 << 20));
+    REQUIRE(publisher.ok());
+    CHECK((*publisher)->slot_allocator() == "memfd");
+    auto shm = Subscriber::connect((*publisher)->address(), quick_options(5000, "shm"));
+    REQUIRE(shm.ok());
+  }
+  ScopedEnv tls("UCX_TLS", "posix,self");
+  if (!ucx_viable()) {
+    WARN("UCX is not built or not viable here; the UCX half of this test did not run");
+    return;
+  }
+  {
+    auto publisher = Publisher::create(bytes_layout(1 << 20));
+    REQUIRE(publisher.ok());
+    CHECK((*publisher)->slot_allocator() == "ucx");
+    publish_pattern(**publisher, 1);
+    auto ucx = Subscriber::connect((*publisher)->address(), quick_options(5000, "ucx"));
+    REQUIRE(ucx.ok());
+    auto image = HostBuffer::allocate(1 << 20);
+    REQUIRE(image.ok());
+    auto pulled = (*ucx)->pull(Destination::contiguous(image->data(), image->size()));
+    REQUIRE(pulled.ok());
+    CHECK(image_mismatch((*publisher)->layout(), image->data(), 1) < 0);
+    // UCX owns the memory: the shm transport cannot hand it out and is not offered.
+    auto shm = Subscriber::connect((*publisher)->address(), quick_options(5000, "shm"));
+    REQUIRE_FALSE(shm.ok());
+    CHECK_THAT(shm.status().message(), Catch::Contains("not offered"));
+  }
+  {
+    PublisherOptions options;
+    options.slot_allocator = "memfd";
+    auto publisher = Publisher::create(bytes_layout(1 << 20), options);
+    REQUIRE(publisher.ok());
+    CHECK((*publisher)->slot_allocator() == "memfd");
+    auto shm = Subscriber::connect((*publisher)->address(), quick_options(5000, "shm"));
+    CHECK(shm.ok());
+  }
+  {
+    PublisherOptions options;
+    options.slot_allocator = "gpu";
+    auto publisher = Publisher::create(bytes_layout(1 << 20), options);
+    REQUIRE_FALSE(publisher.ok());
+    CHECK(publisher.status().code() == ErrorCode::kInvalidConfig);
+    CHECK_THAT(publisher.status().message(), Catch::Contains("auto, memfd, ucx"));
+  }
 }

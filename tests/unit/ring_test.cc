@@ -8,7 +8,7 @@ using namespace weightsync::detail;
 
 namespace {
 std::unique_ptr<SlotRing> make_ring(std::size_t slots, FullRingPolicy policy) {
-  auto ring = SlotRing::create(slots, 4096, false, policy);
+  auto ring = SlotRing::create(slots, 4096, policy, memfd_slot_allocator(false));
   REQUIRE(ring.ok());
   return std::move(*ring);
 }

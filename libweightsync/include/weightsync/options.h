@@ -14,6 +14,7 @@
 //     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
 //     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: offer UCX even where it emulates RMA (see transports.md)
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
+//     WEIGHTSYNC_SLOT_ALLOCATOR      who allocates the slots: auto | memfd | ucx (default auto)
 //     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
 //   A malformed value is a kInvalidConfig error naming the variable.
 // - An empty secret means "no secret": the publisher then refuses to bind to a
@@ -57,6 +58,13 @@ struct PublisherOptions {
   // nullopt: WEIGHTSYNC_CHECKSUM, else false.
   std::optional<bool> checksum;
   MemoryKind slot_memory = MemoryKind::kHost;
+  // Who allocates the slot memory: "memfd" (sealed shared memory; local
+  // subscribers can use the shm transport), "ucx" (ucp_mem_map allocates it:
+  // UCX's shared-memory transports give one-sided access only to memory they
+  // allocated; the shm transport is then not offered), or "auto": "ucx" when
+  // the UCX transport is offered and UCX_TLS names posix, sysv, sm or shm,
+  // else "memfd". nullopt: WEIGHTSYNC_SLOT_ALLOCATOR, else "auto".
+  std::optional<std::string> slot_allocator;
   // mlock the slots (pinned pages); fails loudly if RLIMIT_MEMLOCK is too low.
   bool lock_memory = false;
   // Send/receive stall limit per peer. nullopt: WEIGHTSYNC_TIMEOUT_MS, else 10000.

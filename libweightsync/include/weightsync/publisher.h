@@ -107,6 +107,8 @@ class Publisher {
   std::string address() const;
   std::uint16_t port() const noexcept;
   std::size_t slot_count() const noexcept;
+  // Who allocated the slots: "memfd" or "ucx" (PublisherOptions::slot_allocator).
+  const std::string& slot_allocator() const noexcept;
 
   // Copies each named tensor into a free slot and commits `version`. Every
   // tensor of the layout must be given exactly once with its exact size.

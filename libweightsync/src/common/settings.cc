@@ -62,6 +62,14 @@ std::vector<SettingReport> describe_settings(const PublisherOptions& p, const Su
                          std::string("auto"), as_is));
     out.push_back(report("checksum", "WEIGHTSYNC_CHECKSUM",
                          detail::resolve_bool(p.checksum, "WEIGHTSYNC_CHECKSUM", false), false, on_off));
+    out.push_back(report("slot_allocator", "WEIGHTSYNC_SLOT_ALLOCATOR",
+                         detail::resolve_string(p.slot_allocator, "WEIGHTSYNC_SLOT_ALLOCATOR", "auto"),
+                         std::string("auto"), as_is));
+    if (out.back().error.empty() && out.back().value != "auto" && out.back().value != "memfd" &&
+        out.back().value != "ucx") {
+      out.back().error =
+          "WEIGHTSYNC_SLOT_ALLOCATOR='" + out.back().value + "' is not one of auto, memfd, ucx";
+    }
     auto informational = [&](const char* name, const char* env, const char* fallback) {
       const char* raw = std::getenv(env);
       const bool set = raw != nullptr && *raw != '\0';

@@ -65,6 +65,15 @@ Result<int> SharedRegion::open_read_only() const {
   return fd;
 }
 
+SlotAllocator memfd_slot_allocator(bool lock) {
+  return SlotAllocator{"memfd",
+                       [lock](std::size_t bytes, const char* label) -> Result<std::unique_ptr<SlotMemory>> {
+                         auto region = SharedRegion::create(bytes, lock, label);
+                         if (!region.ok()) return region.status();
+                         return std::unique_ptr<SlotMemory>(new SharedRegion(std::move(*region)));
+                       }};
+}
+
 SharedRegion::SharedRegion(SharedRegion&& other) noexcept
     : fd_(other.fd_), data_(other.data_), size_(other.size_), mapped_(other.mapped_), locked_(other.locked_) {
   other.fd_ = -1;

@@ -7,11 +7,12 @@
 
 #include <cstddef>
 
+#include "memory/slot_memory.h"
 #include "weightsync/status.h"
 
 namespace weightsync::detail {
 
-class SharedRegion {
+class SharedRegion final : public SlotMemory {
  public:
   static Result<SharedRegion> create(std::size_t bytes, bool lock, const char* name);
 
@@ -20,15 +21,15 @@ class SharedRegion {
   SharedRegion& operator=(SharedRegion&& other) noexcept;
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
-  ~SharedRegion();
+  ~SharedRegion() override;
 
-  void* data() noexcept { return data_; }
-  const void* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
-  std::size_t mapped_size() const noexcept { return mapped_; }
+  void* data() const noexcept override { return data_; }
+  std::size_t size() const noexcept override { return size_; }
+  std::size_t mapped_size() const noexcept override { return mapped_; }
+  bool shareable_by_descriptor() const noexcept override { return true; }
   // A new read-only descriptor for the same memory (the caller owns it), for
   // handing to a subscriber: it can only be mapped PROT_READ.
-  Result<int> open_read_only() const;
+  Result<int> open_read_only() const override;
 
  private:
   void reset() noexcept;

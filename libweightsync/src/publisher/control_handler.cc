@@ -63,6 +63,10 @@ Status serve_control(const HandlerContext& ctx) {
         if (query->wait_ms > 0 && latest <= query->newer_than) {
           auto wait = std::chrono::milliseconds(std::min(query->wait_ms, kMaxWaitMs));
           latest = ring.wait_newer(query->newer_than, Deadline::after(wait));
+          if (latest <= query->newer_than && ring.stopped()) {
+            return reply_error(ctx, ErrorCode::kConnectionLost,
+                               "the publisher is shutting down; no newer version will come from it");
+          }
         }
         sent = reply(ctx, MsgType::kVersion, VersionMsg{latest}.encode());
         break;

@@ -87,8 +87,15 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto bind = detail::resolve_string(options.bind_address, "WEIGHTSYNC_BIND", "127.0.0.1");
   auto timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
   auto checksum = detail::resolve_bool(options.checksum, "WEIGHTSYNC_CHECKSUM", false);
-  for (const Status* s : {&secret.status(), &bind.status(), &timeout.status(), &checksum.status()}) {
+  auto allocator = detail::resolve_string(options.slot_allocator, "WEIGHTSYNC_SLOT_ALLOCATOR", "auto");
+  for (const Status* s :
+       {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status()}) {
     if (!s->ok()) return *s;
+  }
+  if (allocator->value != "auto" && allocator->value != "memfd" && allocator->value != "ucx") {
+    return Status(ErrorCode::kInvalidConfig, "slot allocator '" + allocator->value + "' (from " +
+                                                 detail::to_string(allocator->source) +
+                                                 ") is not one of auto, memfd, ucx");
   }
   if (options.max_connections == 0) {
     return Status(ErrorCode::kInvalidConfig, "max_connections must be at least 1");
@@ -110,8 +117,25 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
 
   auto impl = std::make_unique<Impl>(std::move(layout));
   impl->checksums = checksum->value;
-  auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.lock_memory,
-                                       options.full_ring_policy);
+  // UCX first: its shared-memory transports need to allocate the slots.
+  std::unique_ptr<detail::UcxPublisherTransport> ucx;
+  if (auto created = detail::create_ucx_publisher(); created.ok()) {
+    ucx = std::move(*created);
+  } else {
+    WS_INFO("publisher: UCX transport not offered: {}", created.status().message());
+  }
+  std::string allocator_choice = allocator->value;
+  if (allocator_choice == "auto") allocator_choice = ucx && ucx->wants_own_memory() ? "ucx" : "memfd";
+  if (allocator_choice == "ucx" && !ucx) {
+    return Status(ErrorCode::kInvalidConfig,
+                  std::string("slot allocator 'ucx' (from ") + detail::to_string(allocator->source) +
+                      ") needs the UCX transport, which is not available here (see above, or run "
+                      "weightsync-info)");
+  }
+  auto ring =
+      detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
+                               allocator_choice == "ucx" ? ucx->slot_allocator(options.lock_memory)
+                                                         : detail::memfd_slot_allocator(options.lock_memory));
   if (!ring.ok()) return ring.status();
   impl->ring = std::move(*ring);
 
@@ -130,17 +154,25 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   } else {
     WS_INFO("publisher: verbs transport not offered: {}", verbs.status().message());
   }
-  if (auto ucx = detail::start_ucx_publisher(*impl->ring); ucx.ok()) {
-    impl->ucx = std::move(*ucx);
-    offers.push_back(detail::TransportOffer{"ucx", impl->ucx->offer()});
-  } else {
-    WS_INFO("publisher: UCX transport not offered: {}", ucx.status().message());
+  if (ucx) {
+    if (Status started = ucx->start(*impl->ring); started.ok()) {
+      impl->ucx = std::move(ucx);
+      offers.push_back(detail::TransportOffer{"ucx", impl->ucx->offer()});
+    } else {
+      WS_INFO("publisher: UCX transport not offered: {}", started.message());
+    }
   }
   // Same-host shared memory: an abstract Unix socket with an unguessable name.
   detail::Socket local_listener;
-  if (const std::string host = detail::boot_id(); host.empty() || options.slots + 1 > detail::kMaxPassedFds) {
+  const std::string host = detail::boot_id();
+  if (host.empty() || options.slots + 1 > detail::kMaxPassedFds ||
+      !impl->ring->slot_region(0).shareable_by_descriptor()) {
     WS_INFO("publisher: shared-memory transport not offered ({})",
-            host.empty() ? "no boot id" : "more slots than descriptors one message can pass");
+            host.empty() ? "no boot id"
+            : options.slots + 1 > detail::kMaxPassedFds
+                ? "more slots than descriptors one message can pass"
+                : "the slots were allocated by UCX, whose shared-memory transport serves local subscribers; "
+                  "WEIGHTSYNC_SLOT_ALLOCATOR=memfd offers shm instead");
   } else {
     std::uint8_t token[16];
     Status random = detail::random_bytes(token, sizeof(token));
@@ -185,10 +217,10 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
         impl->bind_host);
   }
   WS_INFO(
-      "publisher: {}:{} (bind from {}), {} slots x {} bytes, checksums {} (from {}), io timeout {} ms (from "
-      "{}), "
-      "auth {} (from {})",
+      "publisher: {}:{} (bind from {}), {} slots x {} bytes ({} memory, allocator {} from {}), checksums {} "
+      "(from {}), io timeout {} ms (from {}), auth {} (from {})",
       impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
+      impl->ring->allocator_name(), allocator->value, detail::to_string(allocator->source),
       impl->checksums ? "on" : "off", detail::to_string(checksum->source), timeout->value,
       detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
       detail::to_string(secret->source));
@@ -211,6 +243,10 @@ std::uint16_t Publisher::port() const noexcept {
 
 std::size_t Publisher::slot_count() const noexcept {
   return impl_->ring->slot_count();
+}
+
+const std::string& Publisher::slot_allocator() const noexcept {
+  return impl_->ring->allocator_name();
 }
 
 std::uint64_t Publisher::latest_version() const noexcept {

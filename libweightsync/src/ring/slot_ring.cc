@@ -10,7 +10,7 @@
 namespace weightsync::detail {
 
 Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_t slot_bytes,
-                                                   bool lock_memory, FullRingPolicy policy) {
+                                                   FullRingPolicy policy, const SlotAllocator& allocator) {
   if (slots < 2 || slots > 1024) {
     return Status(ErrorCode::kInvalidArgument,
                   "a publisher needs between 2 and 1024 slots, not " + std::to_string(slots));
@@ -18,15 +18,15 @@ Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_
   std::unique_ptr<SlotRing> ring(new SlotRing());
   ring->slot_bytes_ = slot_bytes;
   ring->policy_ = policy;
-  auto page =
-      SharedRegion::create(slots * sizeof(std::atomic<std::uint64_t>), lock_memory, "weightsync-stamps");
+  ring->allocator_name_ = allocator.name;
+  auto page = allocator.allocate(slots * sizeof(std::atomic<std::uint64_t>), "weightsync-stamps");
   if (!page.ok()) return page.status();
   ring->stamp_page_ = std::move(*page);
-  ring->stamps_ = static_cast<std::atomic<std::uint64_t>*>(ring->stamp_page_.data());
+  ring->stamps_ = static_cast<std::atomic<std::uint64_t>*>(ring->stamp_page_->data());
   for (std::size_t i = 0; i < slots; ++i) new (&ring->stamps_[i]) std::atomic<std::uint64_t>(0);
   ring->slots_.resize(slots);
   for (auto& slot : ring->slots_) {
-    auto buffer = SharedRegion::create(slot_bytes, lock_memory, "weightsync-slot");
+    auto buffer = allocator.allocate(slot_bytes, "weightsync-slot");
     if (!buffer.ok()) return buffer.status();
     slot.buffer = std::move(*buffer);
   }
@@ -84,7 +84,7 @@ Result<Reservation> SlotRing::reserve(std::uint64_t version) {
   // Seqlock write side: odd stamp, then a release fence before any byte changes.
   stamp(chosen).store((version << 1) | 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  return Reservation{static_cast<std::uint32_t>(chosen), revoked, slot.buffer.data()};
+  return Reservation{static_cast<std::uint32_t>(chosen), revoked, slot.buffer->data()};
 }
 
 void SlotRing::commit(std::uint32_t slot_index, std::uint64_t version,
@@ -194,6 +194,11 @@ void SlotRing::stop() {
     stopping_ = true;
   }
   committed_cv_.notify_all();
+}
+
+bool SlotRing::stopped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_;
 }
 
 std::uint64_t SlotRing::stamp_before(std::uint32_t slot) const noexcept {

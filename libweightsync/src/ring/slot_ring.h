@@ -4,8 +4,9 @@
 // Stamps: slot s's stamp is (version << 1) when it holds committed `version`,
 // (version << 1) | 1 while `version` is being written, 0 when empty. Stamps
 // live in their own page-aligned array so one-sided transports can expose it.
-// Slots and the stamp page are memfd-backed SharedRegions, so a subscriber on
-// the same host can map them read-only (transport/shm).
+// Slots and the stamp page come from a SlotAllocator: memfd-backed
+// SharedRegions by default, so a subscriber on the same host can map them
+// read-only (transport/shm), or UCX-allocated memory (transport/ucx).
 //
 // Threads: reserve/commit/abandon come from the publishing thread only; all
 // other methods from any thread. Metadata is guarded by one mutex; slot bytes
@@ -22,7 +23,7 @@
 #include <vector>
 
 #include "common/deadline.h"
-#include "memory/shared_region.h"
+#include "memory/slot_memory.h"
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
 #include "weightsync/publisher.h"
@@ -48,16 +49,18 @@ class SlotRing {
  public:
   static constexpr std::size_t kMaxLeasesPerSession = 8;
 
-  static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes, bool lock_memory,
-                                                  FullRingPolicy policy);
+  static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes,
+                                                  FullRingPolicy policy, const SlotAllocator& allocator);
 
   std::size_t slot_count() const noexcept { return slots_.size(); }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
-  void* slot_data(std::uint32_t slot) noexcept { return slots_[slot].buffer.data(); }
-  const void* slot_data(std::uint32_t slot) const noexcept { return slots_[slot].buffer.data(); }
-  const SharedRegion& slot_region(std::uint32_t slot) const noexcept { return slots_[slot].buffer; }
+  void* slot_data(std::uint32_t slot) noexcept { return slots_[slot].buffer->data(); }
+  const void* slot_data(std::uint32_t slot) const noexcept { return slots_[slot].buffer->data(); }
+  const SlotMemory& slot_region(std::uint32_t slot) const noexcept { return *slots_[slot].buffer; }
   // The stamps: slot_count() std::atomic<std::uint64_t>, one per slot, in order.
-  const SharedRegion& stamp_region() const noexcept { return stamp_page_; }
+  const SlotMemory& stamp_region() const noexcept { return *stamp_page_; }
+  // Which SlotAllocator made the memory ("memfd", "ucx").
+  const std::string& allocator_name() const noexcept { return allocator_name_; }
 
   // --- publishing thread ---
   // Picks a slot for `version` (which must exceed the latest committed one)
@@ -79,6 +82,7 @@ class SlotRing {
   // passes or stop() is called; returns the latest version either way.
   std::uint64_t wait_newer(std::uint64_t newer_than, Deadline deadline);
   void stop();
+  bool stopped() const;
 
   // Seqlock read side: load with acquire before reading slot bytes;
   // stamp_after() fences and reloads after the bytes are read.
@@ -89,7 +93,7 @@ class SlotRing {
 
  private:
   struct Slot {
-    SharedRegion buffer;
+    std::unique_ptr<SlotMemory> buffer;
     std::uint64_t version = 0;  // committed version held; 0 when empty
     bool writing = false;
     std::uint32_t leases = 0;  // live (not revoked) leases
@@ -111,7 +115,8 @@ class SlotRing {
   std::vector<Slot> slots_;
   std::size_t slot_bytes_ = 0;
   FullRingPolicy policy_ = FullRingPolicy::kRevokeOldest;
-  SharedRegion stamp_page_;
+  std::unique_ptr<SlotMemory> stamp_page_;
+  std::string allocator_name_;
   std::atomic<std::uint64_t>* stamps_ = nullptr;
 
   mutable std::mutex mu_;

@@ -61,6 +61,12 @@ class UcxDataChannel final : public DataChannel {
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = on_peer_error;
     params.err_handler.arg = &peer_error_;
+    // UCX 1.13's same-host transports cannot detect peer failure: asking for
+    // it there only makes UCX log an error before we fall back.
+    if (ucx_tls_is_same_host_only()) {
+      WS_DEBUG("subscriber: UCX_TLS lists same-host transports only; no UCX peer-failure detection");
+      params.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    }
     ucs_status_t st = ucp_ep_create(stack_.worker.get(), &params, &ep_);
     if (st == UCS_ERR_UNREACHABLE) {
       // Some UCX transports (posix, sysv in UCX 1.13) cannot detect peer

@@ -2,11 +2,12 @@
 #include "transport/ucx/ucx_handles.h"
 
 #include <cstdlib>
+#include <vector>
 
 namespace weightsync::detail {
 
-std::string ucx_error(const char* what, ucs_status_t status) {
-  return std::string(what) + ": " + ucs_status_string(status);
+std::string ucx_error(const std::string& what, ucs_status_t status) {
+  return what + ": " + ucs_status_string(status);
 }
 
 std::string ucx_emulated_rma_risk() {
@@ -36,6 +37,43 @@ std::string ucx_emulated_rma_risk() {
   return "";
 }
 
+namespace {
+// The entries of UCX_TLS; empty when unset or an exclusion list.
+std::vector<std::string> ucx_tls_entries() {
+  std::vector<std::string> out;
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0' || *tls == '^') return out;
+  const std::string list = tls;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+bool is_ucx_shared_memory_tl(const std::string& tl) {
+  return tl == "posix" || tl == "sysv" || tl == "sm" || tl == "shm" || tl == "mm";
+}
+}  // namespace
+
+bool ucx_tls_has_shared_memory() {
+  for (const std::string& tl : ucx_tls_entries()) {
+    if (is_ucx_shared_memory_tl(tl)) return true;
+  }
+  return false;
+}
+
+bool ucx_tls_is_same_host_only() {
+  const auto entries = ucx_tls_entries();
+  for (const std::string& tl : entries) {
+    if (!is_ucx_shared_memory_tl(tl) && tl != "self" && tl != "cma" && tl != "knem" && tl != "xpmem")
+      return false;
+  }
+  return !entries.empty();
+}
+
 Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
@@ -49,7 +87,7 @@ Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup) {
   ucp_config_release(config);
   if (st != UCS_OK) return Status(ErrorCode::kInvalidConfig, ucx_error("ucp_init", st));
   UcxEndpointStack stack;
-  stack.context.reset(context);
+  stack.context = UcxContext(context, UcxContextDeleter());
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;

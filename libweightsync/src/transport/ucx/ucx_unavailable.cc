@@ -7,7 +7,7 @@ const char* kNotBuilt =
     "this library was built without UCX (install libucx-dev and configure with WEIGHTSYNC_WITH_UCX=ON)";
 }
 
-Result<std::unique_ptr<UcxPublisherTransport>> start_ucx_publisher(const SlotRing&) {
+Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher() {
   return Status(ErrorCode::kInvalidConfig, kNotBuilt);
 }
 

@@ -66,9 +66,8 @@ class VerbsServer final : public VerbsPublisherTransport {
  private:
   explicit VerbsServer(VerbsDevice device) : device_(std::move(device)) {}
 
-  Result<VerbsRegion> register_region(const SharedRegion& region) {
-    IbvMr mr(ibv_reg_mr(device_.pd.get(), const_cast<void*>(region.data()), region.mapped_size(),
-                        IBV_ACCESS_REMOTE_READ));
+  Result<VerbsRegion> register_region(const SlotMemory& region) {
+    IbvMr mr(ibv_reg_mr(device_.pd.get(), region.data(), region.mapped_size(), IBV_ACCESS_REMOTE_READ));
     if (!mr) return Status(ErrorCode::kInvalidConfig, "ibv_reg_mr of a slot failed (raise ulimit -l?)");
     VerbsRegion out{reinterpret_cast<std::uintptr_t>(region.data()), region.mapped_size(), mr->rkey};
     mrs_.push_back(std::move(mr));
