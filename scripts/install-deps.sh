@@ -13,6 +13,9 @@ packages=(
   libcli11-dev                       # command-line parsing in examples and tools
   libucx-dev                         # the UCX transport (one-sided ucp_get)
   libibverbs-dev                     # the ibverbs transport (RDMA READ); builds without a device
+  nlohmann-json3-dev                 # weightsync-bench --json
+  gnuplot-nox                        # weightsync-bench --plot
+  ucx-utils iperf3                   # ucx_perftest and iperf3: the bench's same-run baselines
   "$@"
 )
 

@@ -14,6 +14,8 @@
 
 namespace wstest {
 
+using wsutil::ChildProcess;
+
 inline std::string peer_path() {
   return WS_TEST_PEER_PATH;
 }

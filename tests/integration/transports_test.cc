@@ -109,6 +109,24 @@ TEST_CASE("slot allocator: UCX allocates the slots when UCX_TLS names its shared
     auto pulled = (*ucx)->pull(Destination::contiguous(image->data(), image->size()));
     REQUIRE(pulled.ok());
     CHECK(image_mismatch((*publisher)->layout(), image->data(), 1) < 0);
+    // UCX maps the slots here (ucp_rkey_ptr): reads are copies, nothing is registered.
+    CHECK((*ucx)->stats().registrations == 0);
+    {
+      // With the direct path off, the same pull goes through ucp_get_nbx and
+      // registers the destination once.
+      ScopedEnv get_path("WEIGHTSYNC_UCX_DIRECT", "0");
+      auto via_get = Subscriber::connect((*publisher)->address(), quick_options(5000, "ucx"));
+      REQUIRE(via_get.ok());
+      publish_pattern(**publisher, 2);
+      for (int i = 0; i < 2; ++i) {
+        PullOptions any_version;
+        any_version.newer_than = 0;
+        auto again = (*via_get)->pull(Destination::contiguous(image->data(), image->size()), any_version);
+        REQUIRE(again.ok());
+        CHECK(image_mismatch((*publisher)->layout(), image->data(), 2) < 0);
+      }
+      CHECK((*via_get)->stats().registrations == 1);
+    }
     // UCX owns the memory: the shm transport cannot hand it out and is not offered.
     auto shm = Subscriber::connect((*publisher)->address(), quick_options(5000, "shm"));
     REQUIRE_FALSE(shm.ok());

@@ -46,3 +46,18 @@ TEST_CASE("memory: host buffers are page-aligned, zeroed, lockable and move-only
     CHECK_THAT(too_much.status().message(), Catch::Contains("ulimit -l"));
   }
 }
+
+TEST_CASE("memory: buffers of 2 MiB or more start on a huge-page boundary and are fully usable", "[memory]") {
+  for (std::size_t bytes : {std::size_t{2} << 20, (std::size_t{5} << 20) + 123}) {
+    auto buffer = HostBuffer::allocate(bytes);
+    REQUIRE(buffer.ok());
+    CHECK(reinterpret_cast<std::uintptr_t>(buffer->data()) % (std::uintptr_t{2} << 20) == 0);
+    // The trimmed reservation left the whole buffer mapped, writable and zeroed.
+    auto* bytes_ptr = static_cast<unsigned char*>(buffer->data());
+    CHECK(bytes_ptr[0] == 0);
+    CHECK(bytes_ptr[bytes - 1] == 0);
+    bytes_ptr[0] = 1;
+    bytes_ptr[bytes - 1] = 2;
+    CHECK(bytes_ptr[bytes - 1] == 2);
+  }
+}

@@ -5,7 +5,9 @@
 //   be added without changing callers. Today only kHost is accepted; kCuda is
 //   rejected with kInvalidConfig ("built without CUDA support").
 // - HostBuffer owns page-aligned anonymous memory (mmap), zero-filled,
-//   optionally locked in RAM (mlock). It is move-only; the memory is unmapped
+//   optionally locked in RAM (mlock). Buffers of 2 MiB or more start on a
+//   2 MiB boundary and are advised to use transparent huge pages (fewer TLB
+//   misses on every pull into them). It is move-only; the memory is unmapped
 //   when it is destroyed. Locking failure is an error, never silent.
 // - Thread safety: a HostBuffer is a plain owner; concurrent reads and writes
 //   of its bytes are the caller's business.

@@ -3,12 +3,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "weightsync/memory.h"
 
 namespace weightsync {
+namespace {
+constexpr std::size_t kHugePageBytes = 2u << 20;  // x86-64 and aarch64 (4 KiB base pages)
+}  // namespace
 
 const char* to_string(MemoryKind kind) noexcept {
   switch (kind) {
@@ -24,10 +28,26 @@ Result<HostBuffer> HostBuffer::allocate(std::size_t bytes, bool lock) try {
   if (bytes > SIZE_MAX - page)
     return Status(ErrorCode::kInvalidArgument, "HostBuffer::allocate: size overflows");
   const std::size_t mapped = (bytes + page - 1) / page * page;
-  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  // Buffers of a huge page or more start on a huge-page boundary and ask for
+  // transparent huge pages: copies into them (every pull) take far fewer TLB
+  // misses. Where THP is off the advice is ignored.
+  const std::size_t huge = kHugePageBytes;
+  const bool want_huge = mapped >= huge;
+  const std::size_t reserve = want_huge ? mapped + huge : mapped;
+  void* raw = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
     return Status(ErrorCode::kInvalidConfig,
                   "cannot map " + std::to_string(bytes) + " bytes of host memory: " + std::strerror(errno));
+  }
+  void* p = raw;
+  if (want_huge) {
+    const auto start = reinterpret_cast<std::uintptr_t>(raw);
+    const std::uintptr_t aligned = (start + huge - 1) / huge * huge;
+    if (aligned > start) ::munmap(raw, aligned - start);
+    const std::uintptr_t end = start + reserve, used_end = aligned + mapped;
+    if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
+    p = reinterpret_cast<void*>(aligned);
+    (void)::madvise(p, mapped, MADV_HUGEPAGE);
   }
   HostBuffer buffer;
   buffer.data_ = p;

@@ -149,6 +149,7 @@ class Subscriber::Impl {
     request.plan = &plan;
     request.stall_ms = io_timeout_ms;
     request.peer_alive = [this] { return control.peer_alive(); };
+    request.hashing = hashing;
     request.on_bytes = [&](const void* p, std::size_t n) {
       if (hashing) hasher.update(p, n);
       received += n;

@@ -31,6 +31,11 @@ struct ReadRequest {
   std::uint64_t stamp = 0;  // the stamp the lease was granted with
   const std::vector<ReadPiece>* plan = nullptr;
   std::function<void(const void*, std::size_t)> on_bytes;
+  // on_bytes hashes the bytes: deliver them in cache-sized pieces, so they
+  // are hashed while still in cache. Otherwise transports that copy may use
+  // large pieces (glibc's memcpy switches to non-temporal stores above a
+  // few MiB, which is faster when nothing reads the bytes right after).
+  bool hashing = false;
   int stall_ms = 10000;
   // False once the publisher is known to be gone (its control connection
   // hung up). One-sided transports that cannot see peer failure themselves

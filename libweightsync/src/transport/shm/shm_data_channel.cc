@@ -12,16 +12,14 @@
 #include <vector>
 
 #include "auth/handshake.h"
-#include "common/tsan.h"
 #include "net/unix_socket.h"
+#include "transport/direct_copy.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {
 namespace {
 
 constexpr const char* kPeer = "publisher (local socket)";
-// Copy in pieces so progress and checksums see the bytes while they are hot.
-constexpr std::size_t kCopyChunk = 4u << 20;
 
 // A read-only mapping of one received descriptor.
 class ReadOnlyMapping {
@@ -54,10 +52,6 @@ class ReadOnlyMapping {
   std::size_t size_ = 0;
 };
 
-// Stamps are read in place from another process's memory: that needs
-// lock-free (hence address-free) 64-bit atomics.
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shm stamps need lock-free 64-bit atomics");
-
 class ShmDataChannel final : public DataChannel {
  public:
   ShmDataChannel(std::vector<ReadOnlyMapping> slots, ReadOnlyMapping stamps, std::uint64_t slot_bytes)
@@ -69,27 +63,7 @@ class ShmDataChannel final : public DataChannel {
     if (request.slot >= slots_.size())
       return Status(ErrorCode::kProtocolError, "lease names a slot out of range");
     const auto* stamp = reinterpret_cast<const std::atomic<std::uint64_t>*>(stamps_.data()) + request.slot;
-    if (stamp->load(std::memory_order_acquire) != request.stamp) {
-      return Status(ErrorCode::kVersionRevoked, "slot was rewritten before the read; pull again");
-    }
-    const char* base = slots_[request.slot].data();
-    {
-      SeqlockReadScope racy_reads;  // may race a revoking writer; the stamp below decides
-      for (const ReadPiece& piece : *request.plan) {
-        if (piece.slot_offset > slot_bytes_ || piece.length > slot_bytes_ - piece.slot_offset) {
-          return Status(ErrorCode::kInternal, "read plan outside the slot");
-        }
-        auto* dest = static_cast<char*>(piece.dest);
-        for (std::uint64_t done = 0; done < piece.length; done += kCopyChunk) {
-          const std::size_t n =
-              static_cast<std::size_t>(std::min<std::uint64_t>(kCopyChunk, piece.length - done));
-          std::memcpy(dest + done, base + piece.slot_offset + done, n);
-          if (request.on_bytes) request.on_bytes(dest + done, n);
-        }
-      }
-    }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    return stamp->load(std::memory_order_relaxed);
+    return copy_mapped_slot(request, slots_[request.slot].data(), slot_bytes_, stamp);
   }
 
   void close() override {}

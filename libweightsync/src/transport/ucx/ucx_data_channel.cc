@@ -1,16 +1,24 @@
 // UCX transport, subscriber side: one endpoint to the publisher's worker in
-// peer error-handling mode; destinations are registered with ucp_mem_map the
-// first time they are used and never again (registrations() counts them);
-// reads are ucp_get_nbx in chunks with several requests in flight, straight
-// into the destination; then the slot's stamp is read (seqlock check).
+// peer error-handling mode (where UCX_TLS can detect peer failure).
+//
+// Two read paths. Direct: when UCX can map every slot into this process
+// (ucp_rkey_ptr succeeds: UCX's shared-memory transports with UCX-allocated
+// slots), a read is one memcpy from the mapping, like transport/shm. Get:
+// otherwise (rc, dc, tcp, ...), destinations are registered with ucp_mem_map
+// the first time they are used and never again (registrations() counts them)
+// and reads are ucp_get_nbx in chunks with several requests in flight,
+// straight into the destination. Either way the slot's stamp is read after
+// the last byte (seqlock check). WEIGHTSYNC_UCX_DIRECT=0 forces the get path.
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
 
 #include "common/deadline.h"
 #include "common/log.h"
+#include "transport/direct_copy.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/ucx/ucx_offer.h"
 #include "transport/ucx/ucx_transport.h"
@@ -92,6 +100,7 @@ class UcxDataChannel final : public DataChannel {
     auto stamps = unpack(offer_.stamps);
     if (!stamps.ok()) return stamps.status();
     stamp_rkey_ = std::move(*stamps);
+    map_directly(slot_bytes);
     // Complete the wireup now, so a dead publisher shows up at connect time.
     return flush(timeout_ms);
   }
@@ -100,6 +109,10 @@ class UcxDataChannel final : public DataChannel {
     if (broken_.code() != ErrorCode::kOk) return broken_;
     if (request.slot >= slot_rkeys_.size())
       return Status(ErrorCode::kProtocolError, "lease names a slot out of range");
+    if (!direct_slots_.empty()) {
+      return copy_mapped_slot(request, direct_slots_[request.slot], slot_bytes_,
+                              direct_stamps_ + request.slot);
+    }
     // Split the plan into chunks; register each destination piece once.
     struct Chunk {
       char* dest;
@@ -195,6 +208,29 @@ class UcxDataChannel final : public DataChannel {
   }
 
  private:
+  // Direct access when UCX can map every slot and the stamps here.
+  void map_directly(std::uint64_t slot_bytes) {
+    const char* setting = std::getenv("WEIGHTSYNC_UCX_DIRECT");
+    if (setting != nullptr && std::string(setting) == "0") {
+      WS_DEBUG("subscriber: WEIGHTSYNC_UCX_DIRECT=0: reading with ucp_get_nbx");
+      return;
+    }
+    std::vector<const char*> slots;
+    for (std::size_t i = 0; i < slot_rkeys_.size(); ++i) {
+      void* p = nullptr;
+      if (ucp_rkey_ptr(slot_rkeys_[i].get(), offer_.slots[i].address, &p) != UCS_OK || p == nullptr) return;
+      slots.push_back(static_cast<const char*>(p));
+    }
+    void* stamps = nullptr;
+    if (ucp_rkey_ptr(stamp_rkey_.get(), offer_.stamps.address, &stamps) != UCS_OK || stamps == nullptr)
+      return;
+    if (reinterpret_cast<std::uintptr_t>(stamps) % alignof(std::atomic<std::uint64_t>) != 0) return;
+    direct_slots_ = std::move(slots);
+    direct_stamps_ = static_cast<const std::atomic<std::uint64_t>*>(stamps);
+    slot_bytes_ = slot_bytes;
+    WS_DEBUG("subscriber: UCX maps the publisher's slots here (ucp_rkey_ptr): reads are direct copies");
+  }
+
   Result<Rkey> unpack(const UcxRegion& region) {
     ucp_rkey_h rkey = nullptr;
     ucs_status_t st = ucp_ep_rkey_unpack(ep_, region.rkey.data(), &rkey);
@@ -303,6 +339,8 @@ class UcxDataChannel final : public DataChannel {
 
   void close_endpoint_only() {
     if (ep_ == nullptr) return;
+    direct_slots_.clear();
+    direct_stamps_ = nullptr;
     slot_rkeys_.clear();
     stamp_rkey_.reset();
     ucp_request_param_t param{};
@@ -328,6 +366,10 @@ class UcxDataChannel final : public DataChannel {
   ucp_ep_h ep_ = nullptr;
   std::vector<Rkey> slot_rkeys_;
   Rkey stamp_rkey_;
+  // Set when UCX maps the slots into this process (valid while the rkeys live).
+  std::vector<const char*> direct_slots_;
+  const std::atomic<std::uint64_t>* direct_stamps_ = nullptr;
+  std::uint64_t slot_bytes_ = 0;
   std::map<std::pair<std::uintptr_t, std::uint64_t>, ucp_mem_h> registered_;
   std::uint64_t registrations_ = 0;
   std::atomic<int> peer_error_{UCS_OK};

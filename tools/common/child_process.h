@@ -1,6 +1,7 @@
 // ChildProcess: a real child process with pipes on stdin and stdout, for the
-// multi-process tests. read_line() waits with a timeout; the destructor kills
-// and reaps the child so a failing test never leaves one behind.
+// multi-process tests and weightsync-bench. read_line() waits with a timeout;
+// the destructor kills and reaps the child so a failure never leaves one
+// behind. Not thread-safe: one owner thread. spawn() throws std::runtime_error.
 #pragma once
 
 #include <sys/types.h>
@@ -10,12 +11,16 @@
 #include <string>
 #include <vector>
 
-namespace wstest {
+#include "line_stream.h"
+
+namespace wsutil {
 
 class ChildProcess {
  public:
-  // Starts argv[0] (a path) with argv; stderr is inherited.
-  static ChildProcess spawn(const std::vector<std::string>& argv);
+  // Starts argv[0] (a path) with argv; stderr is inherited. `extra_env`
+  // entries ("NAME=value") are added to (or override) this process's environment.
+  static ChildProcess spawn(const std::vector<std::string>& argv,
+                            const std::vector<std::string>& extra_env = {});
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&&) = delete;
@@ -26,7 +31,8 @@ class ChildProcess {
   std::optional<std::string> read_line(std::chrono::milliseconds timeout);
   // Reads lines until one starts with `prefix`; returns the rest of it.
   std::optional<std::string> wait_for(const std::string& prefix, std::chrono::milliseconds timeout);
-  // Writes `line` and a newline to the child's stdin.
+  // Writes `line` and a newline to the child's stdin; throws std::runtime_error
+  // if the child closed it.
   void write_line(const std::string& line);
   void close_stdin();
   void signal(int sig);
@@ -34,12 +40,10 @@ class ChildProcess {
   std::optional<int> wait(std::chrono::milliseconds timeout);
 
  private:
-  ChildProcess(pid_t pid, int in_fd, int out_fd) : pid_(pid), in_fd_(in_fd), out_fd_(out_fd) {}
+  ChildProcess(pid_t pid, int in_fd, int out_fd) : pid_(pid), io_(out_fd, in_fd) {}
   pid_t pid_ = -1;
-  int in_fd_ = -1;
-  int out_fd_ = -1;
-  std::string buffer_;
+  LineStream io_;  // reads the child's stdout, writes its stdin
   bool reaped_ = false;
 };
 
-}  // namespace wstest
+}  // namespace wsutil

@@ -13,9 +13,10 @@
 
 extern char** environ;
 
-namespace wstest {
+namespace wsutil {
 
-ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
+ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv,
+                                 const std::vector<std::string>& extra_env) {
   int in_pipe[2], out_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0 || ::pipe2(out_pipe, O_CLOEXEC) != 0)
     throw std::runtime_error("pipe2 failed");
@@ -26,8 +27,22 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool overridden = false;
+    for (const auto& extra : extra_env) {
+      const auto eq = extra.find('=');
+      if (entry.compare(0, eq + 1, extra, 0, eq + 1) == 0) overridden = true;
+    }
+    if (!overridden) env_strings.push_back(entry);
+  }
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> env;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
@@ -36,13 +51,8 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
-    : pid_(other.pid_),
-      in_fd_(other.in_fd_),
-      out_fd_(other.out_fd_),
-      buffer_(std::move(other.buffer_)),
-      reaped_(other.reaped_) {
+    : pid_(other.pid_), io_(std::move(other.io_)), reaped_(other.reaped_) {
   other.pid_ = -1;
-  other.in_fd_ = other.out_fd_ = -1;
 }
 
 ChildProcess::~ChildProcess() {
@@ -52,29 +62,10 @@ ChildProcess::~ChildProcess() {
     int status = 0;
     ::waitpid(pid_, &status, 0);
   }
-  if (in_fd_ >= 0) ::close(in_fd_);
-  if (out_fd_ >= 0) ::close(out_fd_);
 }
 
 std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto nl = buffer_.find('\n');
-    if (nl != std::string::npos) {
-      std::string line = buffer_.substr(0, nl);
-      buffer_.erase(0, nl + 1);
-      return line;
-    }
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
-    pollfd p{out_fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    char chunk[4096];
-    ssize_t n = ::read(out_fd_, chunk, sizeof(chunk));
-    if (n <= 0) return std::nullopt;
-    buffer_.append(chunk, static_cast<std::size_t>(n));
-  }
+  return io_.read_line(timeout);
 }
 
 std::optional<std::string> ChildProcess::wait_for(const std::string& prefix,
@@ -91,15 +82,11 @@ std::optional<std::string> ChildProcess::wait_for(const std::string& prefix,
 }
 
 void ChildProcess::write_line(const std::string& line) {
-  std::string data = line + "\n";
-  if (in_fd_ < 0 || ::write(in_fd_, data.data(), data.size()) != static_cast<ssize_t>(data.size())) {
-    throw std::runtime_error("cannot write to the child's stdin");
-  }
+  if (!io_.write_line(line)) throw std::runtime_error("cannot write to the child's stdin");
 }
 
 void ChildProcess::close_stdin() {
-  if (in_fd_ >= 0) ::close(in_fd_);
-  in_fd_ = -1;
+  io_.close_write();
 }
 
 void ChildProcess::signal(int sig) {
@@ -123,4 +110,4 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-}  // namespace wstest
+}  // namespace wsutil

@@ -1,0 +1,204 @@
+// The publisher side of a bench cell: a weightsync::Publisher serving one
+// synthetic image, a compute loop standing in for the trainer's work, and the
+// CPU accounting of the serving side (process CPU minus the compute loop).
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "roles.h"
+#include "weightsync/weightsync.h"
+
+namespace wsbench {
+namespace {
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A cache-resident floating-point loop: the trainer's compute, which readers
+// should not slow down. passes() counts completed passes.
+class ComputeLoop {
+ public:
+  ComputeLoop() {
+    thread_ = std::thread([this] { run(); });
+    // The thread's CPU clock, to subtract its time from the process's.
+    while (!ready_.load()) std::this_thread::yield();
+  }
+  ~ComputeLoop() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::uint64_t passes() const { return passes_.load(std::memory_order_relaxed); }
+  double cpu_seconds() const {
+    timespec ts{};
+    ::clock_gettime(clock_, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+
+ private:
+  void run() {
+    ::pthread_getcpuclockid(::pthread_self(), &clock_);
+    ready_ = true;
+    std::vector<float> a(8192, 1.0f), b(8192, 0.5f);
+    while (!stop_.load(std::memory_order_relaxed)) {
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = a[i] * 0.999f + b[i];
+      passes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    sink_ = a[0];
+  }
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> passes_{0};
+  clockid_t clock_{};
+  volatile float sink_ = 0;
+  std::thread thread_;
+};
+
+struct Cell {
+  std::unique_ptr<weightsync::Publisher> publisher;
+  weightsync::HostBuffer source;
+  std::uint64_t size = 0;
+  // Snapshot at the last commit.
+  double cpu_at_commit = 0, compute_cpu_at_commit = 0;
+  std::uint64_t passes_at_commit = 0;
+  std::int64_t commit_ns = 0;
+};
+
+std::string error_line(const std::string& what) {
+  std::string line = "ERROR " + what;
+  for (char& c : line) {
+    if (c == '\n') c = ' ';
+  }
+  return line;
+}
+
+}  // namespace
+
+int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config) {
+  Cell cell;
+  std::unique_ptr<ComputeLoop> compute;
+  for (;;) {
+    auto line = io.read_line(std::chrono::hours(24));
+    if (!line) return 0;  // the orchestrator is gone
+    std::istringstream in(*line);
+    std::string command;
+    in >> command;
+    std::string reply;
+    if (command == "SETUP") {
+      std::uint64_t size = 0;
+      in >> size;
+      cell = Cell{};
+      auto layout = weightsync::WeightLayout::build(
+          {weightsync::TensorSpec{"image", weightsync::DType::kUInt8, {static_cast<std::int64_t>(size)}}});
+      weightsync::PublisherOptions options;
+      options.bind_address = config.bind;
+      options.slots = config.slots;
+      auto publisher = layout.ok()
+                           ? weightsync::Publisher::create(std::move(*layout), options)
+                           : weightsync::Result<std::unique_ptr<weightsync::Publisher>>(layout.status());
+      auto source = weightsync::HostBuffer::allocate(size);
+      if (!publisher.ok()) {
+        reply = error_line("publisher: " + publisher.status().to_string());
+      } else if (!source.ok()) {
+        reply = error_line("source buffer: " + source.status().to_string());
+      } else {
+        cell.publisher = std::move(*publisher);
+        cell.source = std::move(*source);
+        cell.size = size;
+        // Fault the source in and give it non-zero content.
+        std::memset(cell.source.data(), 0x5a, size);
+        reply = "READY " + cell.publisher->address() + " " + cell.publisher->slot_allocator();
+      }
+    } else if (command == "PUBLISH") {
+      std::uint64_t version = 0;
+      in >> version;
+      if (!cell.publisher) {
+        reply = error_line("PUBLISH before SETUP");
+      } else {
+        mark_image(cell.source.data(), cell.size, version);
+        auto published = cell.publisher->publish(version, cell.source.data(), cell.size);
+        cell.commit_ns = now_ns();
+        cell.cpu_at_commit = process_cpu_seconds();
+        cell.compute_cpu_at_commit = compute ? compute->cpu_seconds() : 0.0;
+        cell.passes_at_commit = compute ? compute->passes() : 0;
+        if (!published.ok()) {
+          reply = error_line("publish: " + published.status().to_string());
+        } else {
+          std::ostringstream out;
+          out << "COMMITTED " << version << " " << published->copy_seconds << " " << cell.commit_ns;
+          reply = out.str();
+        }
+      }
+    } else if (command == "SERVED") {
+      const double cpu = process_cpu_seconds() - cell.cpu_at_commit;
+      const double compute_cpu = compute ? compute->cpu_seconds() - cell.compute_cpu_at_commit : 0.0;
+      const double seconds = static_cast<double>(now_ns() - cell.commit_ns) * 1e-9;
+      const double rate = compute && seconds > 0
+                              ? static_cast<double>(compute->passes() - cell.passes_at_commit) / seconds
+                              : 0.0;
+      std::ostringstream out;
+      out << "SERVED " << std::max(0.0, cpu - compute_cpu) << " " << rate << " " << seconds;
+      reply = out.str();
+    } else if (command == "COMPUTE") {
+      std::string state;
+      in >> state;
+      if (state == "ON") {
+        compute = std::make_unique<ComputeLoop>();
+        const std::uint64_t before = compute->passes();
+        const auto start = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::ostringstream out;
+        out << "COMPUTE " << static_cast<double>(compute->passes() - before) / seconds;
+        reply = out.str();
+      } else {
+        compute.reset();
+        reply = "COMPUTE OFF";
+      }
+    } else if (command == "IDLE") {
+      double seconds = 0;
+      in >> seconds;
+      if (!compute) {
+        reply = error_line("IDLE needs COMPUTE ON");
+      } else {
+        const std::uint64_t before = compute->passes();
+        const auto start = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(std::max(seconds, 0.02), 10.0)));
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::ostringstream out;
+        out << "IDLE " << static_cast<double>(compute->passes() - before) / elapsed;
+        reply = out.str();
+      }
+    } else if (command == "TEARDOWN") {
+      compute.reset();
+      cell = Cell{};
+      reply = "TEARDOWN";
+    } else if (command == "QUIT") {
+      return 0;
+    } else {
+      reply = error_line("unknown command '" + command + "'");
+    }
+    if (!io.write_line(reply)) return 1;
+  }
+}
+
+}  // namespace wsbench

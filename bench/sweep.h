@@ -1,0 +1,52 @@
+// The sweep: every cell (transport x size x readers) run as real processes,
+// plus the machine's limits measured in the same run (baselines.h).
+//
+// Local mode starts, per cell, a publisher process and N reader processes of
+// this same executable (roles.h), with the cell's UCX_TLS in their
+// environment. Remote mode (`weightsync-bench client`) drives a
+// `weightsync-bench server` on another host over one TCP connection and runs
+// the readers here. Calling thread only; a failing cell is recorded with its
+// error and the sweep goes on; nothing waits without a time limit.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "records.h"
+
+namespace wsbench {
+
+struct TransportSpec {
+  std::string transport;  // tcp | shm | ucx | verbs
+  std::string detail;     // UCX_TLS for ucx, else ""
+};
+
+struct CellSpec {
+  TransportSpec transport;
+  std::uint64_t size = 0;
+  int readers = 1;
+};
+
+struct SweepConfig {
+  std::vector<CellSpec> cells;
+  int repetitions = 10;          // measured pulls per reader, after the warm-up (at least)
+  double min_gb_per_cell = 2.5;  // ...and at least this much data per reader (up to 200 pulls)
+  int warmup = 3;                // at least the slot count, so every slot is touched once
+  int compute_rounds = 3;        // extra rounds with the publisher's compute loop on
+  std::string self_exe;          // this executable, to start the roles
+  std::string remote;            // host:port of a weightsync-bench server; empty: local
+  // Baselines are measured at the sizes the cells use: memcpy at every size,
+  // the raw TCP stream at the tcp cells' sizes, ucx_perftest per UCX_TLS at
+  // those cells' sizes; the checkpoint file at these sizes.
+  std::vector<std::uint64_t> checkpoint_sizes;
+  std::vector<std::uint64_t> checkpoint_fsync_sizes;  // the forced-to-disk variant at these
+  std::string checkpoint_dir = "/var/tmp";
+  double iperf3_seconds = 2.0;
+};
+
+// Runs the baselines, then the cells, printing progress to `progress`.
+BenchReport run_sweep(const SweepConfig& config, std::FILE* progress);
+
+}  // namespace wsbench

@@ -1,0 +1,98 @@
+// LineStream over poll(2) and read/write (send with MSG_NOSIGNAL on sockets).
+#include "line_stream.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+
+namespace wsutil {
+
+LineStream::LineStream(LineStream&& other) noexcept
+    : read_fd_(other.read_fd_), write_fd_(other.write_fd_), buffer_(std::move(other.buffer_)) {
+  other.read_fd_ = other.write_fd_ = -1;
+}
+
+LineStream& LineStream::operator=(LineStream&& other) noexcept {
+  if (this != &other) {
+    reset();
+    read_fd_ = other.read_fd_;
+    write_fd_ = other.write_fd_;
+    buffer_ = std::move(other.buffer_);
+    other.read_fd_ = other.write_fd_ = -1;
+  }
+  return *this;
+}
+
+LineStream::~LineStream() {
+  reset();
+}
+
+void LineStream::reset() noexcept {
+  if (write_fd_ >= 0 && write_fd_ != read_fd_) ::close(write_fd_);
+  if (read_fd_ >= 0) ::close(read_fd_);
+  read_fd_ = write_fd_ = -1;
+  buffer_.clear();
+}
+
+std::optional<std::string> LineStream::read_line(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    if (read_fd_ < 0) return std::nullopt;
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd p{read_fd_, POLLIN, 0};
+    int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno != EINTR) return std::nullopt;
+    if (ready <= 0) continue;
+    char chunk[4096];
+    ssize_t n = ::read(read_fd_, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+
+bool LineStream::write_line(const std::string& line) {
+  if (write_fd_ < 0) return false;
+  const std::string data = line + "\n";
+  struct stat st {};
+  const bool socket = ::fstat(write_fd_, &st) == 0 && S_ISSOCK(st.st_mode);
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n;
+    if (socket) {
+      n = ::send(write_fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    } else {
+      // A pipe whose reader is gone raises SIGPIPE; ignore it for this write.
+      void (*old)(int) = std::signal(SIGPIPE, SIG_IGN);
+      n = ::write(write_fd_, data.data() + done, data.size() - done);
+      std::signal(SIGPIPE, old);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+void LineStream::close_write() {
+  if (write_fd_ >= 0 && write_fd_ != read_fd_) {
+    ::close(write_fd_);
+  } else if (write_fd_ >= 0) {
+    ::shutdown(write_fd_, SHUT_WR);
+  }
+  write_fd_ = -1;
+}
+
+}  // namespace wsutil
