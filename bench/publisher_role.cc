@@ -3,7 +3,6 @@
 // CPU accounting of the serving side (process CPU minus the compute loop).
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include <atomic>
@@ -13,18 +12,12 @@
 #include <sstream>
 #include <thread>
 
+#include "role_support.h"
 #include "roles.h"
 #include "weightsync/weightsync.h"
 
 namespace wsbench {
 namespace {
-
-double process_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -80,14 +73,6 @@ struct Cell {
   std::uint64_t passes_at_commit = 0;
   std::int64_t commit_ns = 0;
 };
-
-std::string error_line(const std::string& what) {
-  std::string line = "ERROR " + what;
-  for (char& c : line) {
-    if (c == '\n') c = ' ';
-  }
-  return line;
-}
 
 }  // namespace
 

@@ -2,34 +2,16 @@
 // told about into a pre-faulted contiguous buffer, timing each pull and the
 // process's CPU time around it.
 #include <sys/mman.h>
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstring>
 #include <sstream>
 
+#include "role_support.h"
 #include "roles.h"
 #include "weightsync/weightsync.h"
 
 namespace wsbench {
-namespace {
-
-double process_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-std::string error_line(const std::string& what) {
-  std::string line = "ERROR " + what;
-  for (char& c : line) {
-    if (c == '\n') c = ' ';
-  }
-  return line;
-}
-
-}  // namespace
 
 int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config) {
   weightsync::SubscriberOptions options;

@@ -318,7 +318,7 @@ const BaselineFigure* limit_for(const CellRecord& r, const BaselineFigure* basel
   if (!finite(r.limit_gbps)) return baseline;
   holder->gbps = r.limit_gbps;
   holder->repetitions = baseline != nullptr ? baseline->repetitions : 0;
-  holder->note = "measured right before and after the row";
+  holder->note = "the row's own limit (sweep.cc)";
   return holder;
 }
 

@@ -243,16 +243,11 @@ class UcxDataChannel final : public DataChannel {
     auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(dest), length);
     auto it = registered_.find(key);
     if (it != registered_.end()) return it->second;
-    ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = dest;
-    params.length = length;
-    ucp_mem_h memh = nullptr;
-    ucs_status_t st = ucp_mem_map(stack_.context.get(), &params, &memh);
-    if (st != UCS_OK) return Status(ErrorCode::kInvalidConfig, ucx_error("registering the destination", st));
+    auto memh = ucx_register(stack_.context.get(), dest, length, "the destination");
+    if (!memh.ok()) return memh.status();
     ++registrations_;
-    registered_.emplace(key, memh);
-    return memh;
+    registered_.emplace(key, *memh);
+    return *memh;
   }
 
   Status get(void* dest, std::size_t length, std::uint64_t remote, ucp_rkey_h rkey, ucp_mem_h memh,

@@ -74,6 +74,18 @@ bool ucx_tls_is_same_host_only() {
   return !entries.empty();
 }
 
+Result<ucp_mem_h> ucx_register(ucp_context_h context, void* address, std::size_t length,
+                               const std::string& what) {
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = address;
+  params.length = length;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(context, &params, &memh);
+  if (st != UCS_OK) return Status(ErrorCode::kInvalidConfig, ucx_error("registering " + what, st));
+  return memh;
+}
+
 Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);

@@ -43,6 +43,10 @@ bool ucx_tls_has_shared_memory();
 // xpmem, self), none of which detects peer failure in UCX 1.13.
 bool ucx_tls_is_same_host_only();
 
+// ucp_mem_map of existing memory; the error names `what` ("a slot", ...).
+Result<ucp_mem_h> ucx_register(ucp_context_h context, void* address, std::size_t length,
+                               const std::string& what);
+
 // A context with RMA (and wakeup when asked) and one single-threaded worker.
 // UCX reads its own UCX_* environment (UCX_TLS selects its transports).
 Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup);

@@ -180,15 +180,10 @@ class UcxServer final : public UcxPublisherTransport {
   }
 
   Result<UcxRegion> map(void* address, std::size_t length) {
-    ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = address;
-    params.length = length;
-    ucp_mem_h memh = nullptr;
-    ucs_status_t st = ucp_mem_map(stack_.context.get(), &params, &memh);
-    if (st != UCS_OK) return Status(ErrorCode::kInvalidConfig, ucx_error("ucp_mem_map of a slot", st));
-    memhs_.push_back(memh);
-    return pack(memh, address, length);
+    auto memh = ucx_register(stack_.context.get(), address, length, "a slot");
+    if (!memh.ok()) return memh.status();
+    memhs_.push_back(*memh);
+    return pack(*memh, address, length);
   }
 
   void progress_loop() {
