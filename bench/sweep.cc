@@ -267,10 +267,11 @@ CellRecord run_cell(const SweepConfig& config, const CellSpec& spec, wsutil::Lin
       if (i == repetitions / 2) halfway();
       round(true, false);
     }
-    if (config.compute_rounds > 0) {
+    const int compute_rounds = spec.compute_rounds >= 0 ? spec.compute_rounds : config.compute_rounds;
+    if (compute_rounds > 0) {
       publisher->send("COMPUTE ON");
       expect(publisher->receive(seconds(30)), "COMPUTE ", "publisher", seconds(30));
-      for (int i = 0; i < config.compute_rounds; ++i) round(false, true);
+      for (int i = 0; i < compute_rounds; ++i) round(false, true);
       publisher->send("COMPUTE OFF");
       expect(publisher->receive(seconds(30)), "COMPUTE OFF", "publisher", seconds(30));
       const double idle = median(idle_rates);
@@ -370,8 +371,10 @@ BenchReport run_sweep(const SweepConfig& config, std::FILE* progress) {
   // The raw TCP stream and ucx_perftest are measured next to the rows that
   // are compared with them (three times each, see below) and enter the
   // baselines from there; memcpy, iperf3 and the checkpoint file here.
-  std::set<std::uint64_t> sizes;
-  for (const CellSpec& cell : config.cells) sizes.insert(cell.size);
+  std::set<std::uint64_t> sizes(config.memcpy_sizes.begin(), config.memcpy_sizes.end());
+  if (sizes.empty()) {
+    for (const CellSpec& cell : config.cells) sizes.insert(cell.size);
+  }
   std::fprintf(progress, "Limits of this machine (median of %d unless said):\n", config.repetitions);
   for (std::uint64_t size : sizes) {
     b.memcpy_1t[size] = measure_memcpy(size, 1, reps_at(config, size));
@@ -389,7 +392,7 @@ BenchReport run_sweep(const SweepConfig& config, std::FILE* progress) {
     const bool fsync =
         std::count(config.checkpoint_fsync_sizes.begin(), config.checkpoint_fsync_sizes.end(), size);
     // --reps, not the 2.5 GB floor: file round trips are slow and steady.
-    const int reps = size >= (256ull << 20) ? std::min(config.repetitions, 5) : config.repetitions;
+    const int reps = size >= (256ull << 20) ? std::min(config.repetitions, 3) : config.repetitions;
     auto file = measure_checkpoint_file(size, config.checkpoint_dir, reps, fsync);
     b.file[size] = file.page_cache;
     report_baseline(progress, "checkpoint file, page cache", size, b.file[size]);
@@ -429,6 +432,13 @@ BenchReport run_sweep(const SweepConfig& config, std::FILE* progress) {
       record.limit_name = "memcpy paired";
       record.limit_gbps = record.memcpy_paired_gbps;
       record.ratio_to_limit = record.gbps_median / record.limit_gbps;
+    }
+    if (record.error.empty() && b.memcpy_1t.count(spec.size) == 0) {
+      BaselineFigure paired;
+      paired.gbps = record.memcpy_paired_gbps;
+      paired.repetitions = record.repetitions;
+      paired.note = "the paired memcpy in the " + name + " reader";
+      b.memcpy_1t[spec.size] = paired;
     }
     if (limits.size() >= 2) {
       // The halfway measurement stands for the run's baseline at this size.

@@ -27,6 +27,7 @@ struct CellSpec {
   TransportSpec transport;
   std::uint64_t size = 0;
   int readers = 1;
+  int compute_rounds = -1;  // -1: SweepConfig::compute_rounds
 };
 
 struct SweepConfig {
@@ -41,6 +42,9 @@ struct SweepConfig {
   // the raw TCP stream at the tcp cells' sizes, ucx_perftest per UCX_TLS at
   // those cells' sizes; the checkpoint file at these sizes.
   std::vector<std::uint64_t> checkpoint_sizes;
+  // memcpy baselines at these sizes (empty: every cell size). A size without
+  // one takes the paired memcpy of its first cell.
+  std::vector<std::uint64_t> memcpy_sizes;
   std::vector<std::uint64_t> checkpoint_fsync_sizes;  // the forced-to-disk variant at these
   std::string checkpoint_dir = "/var/tmp";
   double iperf3_seconds = 2.0;
