@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev                 # weightsync-bench --json
   gnuplot-nox                        # weightsync-bench --plot
   ucx-utils iperf3                   # ucx_perftest and iperf3: the bench's same-run baselines
+  libtorch-dev libopenblas0-pthread  # the RL policy (rl/policy); OpenBLAS, or libtorch is ~30x slower
   "$@"
 )
 
