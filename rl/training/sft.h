@@ -1,0 +1,96 @@
+// training/sft.h: the supervised warm start: the policy learns the tool
+// protocol from synthesized demonstrations (rollout/demonstrations.h).
+//
+// Contract
+// - Step s (0-based) trains on demonstrations [s * batch_size, (s + 1) *
+//   batch_size) of the stream with the masked token loss
+//   (training::masked_mean_nll: prompt and injected results masked out) and
+//   one FlatAdamW update at learning_rate(options, s): linear warm-up over
+//   warmup_steps, then cosine decay to min_lr_ratio * lr at `steps`.
+// - A checkpoint is a folder: policy.safetensors (policy::save_model, with
+//   "sft.step" and "sft.options" (JSON) in its metadata; any safetensors
+//   reader can load it) and optimizer.safetensors (the AdamW moments
+//   exp_avg / exp_avg_sq and "step", "sft.step"). Both files are written
+//   atomically, optimizer first; resume() refuses a folder whose two step
+//   counts differ (a save cut in between) or whose options do not parse.
+//   Resuming continues exactly where the run stopped: the data stream is
+//   random access, so the continued run sees the batches the uninterrupted
+//   one would have.
+// - Errors are values (zorplex::Result); a torch failure inside step() is
+//   caught and returned as an Error.
+// - Thread: one thread drives a trainer; it uses torch's intra-op threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "policy/model_config.h"
+#include "policy/transformer.h"
+#include "rollout/demonstrations.h"
+#include "training/flat_adamw.h"
+#include "zorplex/result.h"
+
+namespace training {
+
+struct SftOptions {
+  policy::ModelConfig model;
+  std::uint64_t init_seed = 0;  // parameter initialisation
+  rollout::DemonstrationOptions data;
+  // The default budget (docs/results.md): about 7-8 minutes on 2 cores.
+  int steps = 1000;
+  int batch_size = 16;
+  double lr = 3e-3;
+  int warmup_steps = 30;
+  double min_lr_ratio = 0.1;
+  AdamWOptions adamw;
+
+  std::string validate() const;  // "" when usable
+  std::string to_json() const;
+  static zorplex::Result<SftOptions> from_json(const std::string& text);
+};
+
+double learning_rate(const SftOptions& options, int step);
+
+struct SftStepReport {
+  int step = 0;  // the step just taken (1-based count of completed steps)
+  double loss = 0.0;
+  double grad_norm = 0.0;
+  double lr = 0.0;
+  bool applied = true;
+  std::int64_t tokens = 0;         // tokens in the batch (padding excluded)
+  std::int64_t target_tokens = 0;  // tokens in the loss
+  double seconds = 0.0;            // wall time of the step
+};
+
+// The files of a checkpoint folder.
+std::string policy_file(const std::string& dir);
+std::string optimizer_file(const std::string& dir);
+
+class SftTrainer {
+ public:
+  static zorplex::Result<std::unique_ptr<SftTrainer>> create(const SftOptions& options);
+  static zorplex::Result<std::unique_ptr<SftTrainer>> resume(const std::string& dir);
+
+  zorplex::Result<SftStepReport> step();
+  // Creates dir if needed; returns the bytes written.
+  zorplex::Result<std::uint64_t> save(const std::string& dir) const;
+
+  int completed_steps() const { return completed_; }
+  const SftOptions& options() const { return options_; }
+  // Changes the planned total (extends a finished run; the schedule follows).
+  void set_total_steps(int steps) { options_.steps = steps; }
+  policy::Transformer& model() { return model_; }
+  const rollout::DemonstrationStream& data() const { return data_; }
+
+ private:
+  SftTrainer(SftOptions options, policy::Transformer model);
+
+  SftOptions options_;
+  policy::Transformer model_;
+  FlatAdamW optimizer_;
+  rollout::DemonstrationStream data_;
+  int completed_ = 0;
+};
+
+}  // namespace training

@@ -1,0 +1,374 @@
+// Training the policy (libtorch): token batches and the masked loss, AdamW
+// over the flat buffer (checked against torch's AdamW), SFT that learns the
+// tool protocol, multi-turn rollouts whose recorded log-probs a teacher-forced
+// recomputation reproduces, checkpoints that resume exactly, evaluation.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policy/safetensors.h"
+#include "policy/sampling.h"
+#include "rollout/demonstrations.h"
+#include "rollout/evaluation.h"
+#include "rollout/rollout.h"
+#include "training/flat_adamw.h"
+#include "training/sft.h"
+#include "training/token_batch.h"
+
+using namespace training;
+using rollout::Trajectory;
+
+namespace {
+
+[[maybe_unused]] const bool kThreadsSet = [] {
+  torch::set_num_threads(2);
+  return true;
+}();
+
+policy::ModelConfig tiny_config() {
+  policy::ModelConfig c;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.d_ff = 64;
+  c.max_seq_len = 256;
+  return c;
+}
+
+policy::PromptFormat short_prompt() {
+  policy::PromptFormat format;
+  format.system_prompt = "Use LOOKUP.";
+  return format;
+}
+
+SftOptions tiny_sft(int steps) {
+  SftOptions o;
+  o.model = tiny_config();
+  o.init_seed = 3;
+  o.data.format = short_prompt();
+  o.data.imperfect_fraction = 0.0;
+  o.data.arithmetic = rollout::Arithmetic::kPlain;  // short answers: the protocol is what these tests need
+  o.steps = steps;
+  o.batch_size = 16;
+  o.lr = 1e-2;
+  o.warmup_steps = 10;
+  return o;
+}
+
+std::unique_ptr<SftTrainer> make_trainer(const SftOptions& options) {
+  auto trainer = SftTrainer::create(options);
+  REQUIRE(trainer.ok());
+  return std::move(trainer).value();
+}
+
+// Trains until done; returns the mean loss of the first and last 10 steps.
+std::pair<double, double> train(SftTrainer& trainer) {
+  std::vector<double> losses;
+  while (trainer.completed_steps() < trainer.options().steps) {
+    auto report = trainer.step();
+    REQUIRE(report.ok());
+    REQUIRE(report.value().applied);
+    losses.push_back(report.value().loss);
+  }
+  REQUIRE(losses.size() >= 20);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += losses[static_cast<std::size_t>(i)] / 10;
+    last += losses[losses.size() - 1 - static_cast<std::size_t>(i)] / 10;
+  }
+  return {first, last};
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("ws_training_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+bool bit_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(),
+                                               static_cast<std::size_t>(a.numel() * a.element_size())) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("token batch: right padding, the shifted loss mask and behaviour log-probs", "[rl][training]") {
+  rollout::DemonstrationOptions data;
+  data.format = short_prompt();
+  const rollout::DemonstrationStream stream(data);
+  Trajectory a = stream.at(0);
+  Trajectory b = stream.at(1);
+  for (std::size_t i = 0; i < a.log_probs.size(); ++i) a.log_probs[i] = a.generated[i] ? -0.25f : 0.0f;
+  auto batch = make_token_batch({&a, &b}, 256);
+  REQUIRE(batch.ok());
+  const TokenBatch& t = batch.value();
+  const auto longest = static_cast<std::int64_t>(std::max(a.tokens.size(), b.tokens.size()));
+  CHECK(t.tokens.sizes() == torch::IntArrayRef({2, longest}));
+  CHECK(t.loss_mask.sizes() == torch::IntArrayRef({2, longest - 1}));
+  CHECK(t.target_tokens == static_cast<std::int64_t>(a.generated_tokens() + b.generated_tokens()));
+  for (std::size_t j = 1; j < a.tokens.size(); ++j) {
+    const auto k = static_cast<std::int64_t>(j);
+    CHECK(t.tokens[0][k].item<std::int64_t>() == a.tokens[j]);
+    CHECK(t.loss_mask[0][k - 1].item<float>() == (a.generated[j] ? 1.0f : 0.0f));
+    CHECK(t.behaviour_log_probs[0][k - 1].item<float>() == a.log_probs[j]);
+  }
+  const auto shorter = static_cast<std::int64_t>(std::min(a.tokens.size(), b.tokens.size()));
+  const std::int64_t row = a.tokens.size() < b.tokens.size() ? 0 : 1;
+  if (shorter < longest) {
+    CHECK_FALSE(t.attention_mask[row][shorter].item<bool>());
+    CHECK(t.tokens[row][shorter].item<std::int64_t>() == policy::kPad);
+    CHECK(t.loss_mask[row].narrow(0, shorter - 1, longest - shorter).sum().item<float>() == 0.0f);
+  }
+
+  // Cutting at max_seq_len is allowed only through masked tokens.
+  Trajectory long_one = a;
+  long_one.tokens.insert(long_one.tokens.end(), 20, 'x');
+  long_one.generated.insert(long_one.generated.end(), 20, 0);
+  long_one.log_probs.insert(long_one.log_probs.end(), 20, 0.0f);
+  const auto limit = static_cast<std::int64_t>(a.tokens.size() + 5);
+  auto cut = make_token_batch({&long_one}, limit);
+  REQUIRE(cut.ok());
+  CHECK(cut.value().tokens.size(1) == limit);
+  long_one.generated.back() = 1;
+  auto refused = make_token_batch({&long_one}, limit);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("generated tokens past it") != std::string::npos);
+  CHECK_FALSE(make_token_batch({}, 256).ok());
+}
+
+TEST_CASE("masked loss: the mean over masked-in targets only", "[rl][training]") {
+  auto model = policy::Transformer::create(tiny_config(), 5);
+  REQUIRE(model.ok());
+  rollout::DemonstrationOptions data;
+  data.format = short_prompt();
+  const rollout::DemonstrationStream stream(data);
+  const Trajectory a = stream.at(0);
+  auto batch = make_token_batch({&a}, 256);
+  REQUIRE(batch.ok());
+  torch::NoGradGuard no_grad;
+  const double loss = masked_mean_nll(model.value(), batch.value()).item<double>();
+  torch::Tensor all =
+      policy::sequence_log_probs(model.value(), torch::tensor(a.tokens, torch::kLong).unsqueeze(0), 1.0)[0];
+  double sum = 0.0;
+  int count = 0;
+  for (std::size_t j = 1; j < a.tokens.size(); ++j) {
+    if (!a.generated[j]) continue;
+    sum -= all[static_cast<std::int64_t>(j - 1)].item<double>();
+    ++count;
+  }
+  REQUIRE(count > 0);
+  CHECK(loss == Approx(sum / count).epsilon(1e-5));
+}
+
+TEST_CASE("flat AdamW: one step equals torch's AdamW on the same gradient", "[rl][training]") {
+  AdamWOptions options;
+  options.weight_decay = 0.1;
+  options.max_grad_norm = 0.0;  // torch's optimizer does not clip
+  auto ours = policy::Transformer::create(tiny_config(), 8);
+  auto theirs = policy::Transformer::create(tiny_config(), 8);
+  REQUIRE(ours.ok());
+  REQUIRE(theirs.ok());
+  // Torch's AdamW decays every parameter of a group: decay matrices, not vectors.
+  std::vector<torch::Tensor> matrices, vectors;
+  for (std::size_t i = 0; i < theirs.value().parameters().size(); ++i) {
+    (theirs.value().specs()[i].shape.size() >= 2 ? matrices : vectors)
+        .push_back(theirs.value().parameters()[i]);
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(matrices,
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(vectors,
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+  torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(1e-2));
+  FlatAdamW flat(ours.value(), options);
+  const torch::Tensor tokens = torch::randint(0, 256, {2, 20}, torch::kLong);
+  for (int step = 0; step < 3; ++step) {
+    for (policy::Transformer* model : {&ours.value(), &theirs.value()}) {
+      model->zero_grad();
+      model->forward(tokens).pow(2).mean().backward();
+    }
+    const StepResult result = flat.step(1e-2);
+    CHECK(result.applied);
+    reference.step();
+  }
+  CHECK(flat.state().step == 3);
+  CHECK(torch::allclose(ours.value().flat_parameters(), theirs.value().flat_parameters(), 1e-5, 1e-6));
+  CHECK_FALSE(bit_equal(ours.value().flat_parameters(),
+                        policy::Transformer::create(tiny_config(), 8).value().flat_parameters()));
+}
+
+TEST_CASE("flat AdamW: a non-finite gradient skips the update, and clipping bounds the step",
+          "[rl][training]") {
+  auto model = policy::Transformer::create(tiny_config(), 2);
+  REQUIRE(model.ok());
+  FlatAdamW optimizer(model.value(), AdamWOptions{});
+  const torch::Tensor before = model.value().flat_parameters().clone();
+  model.value().parameters()[0].mutable_grad() = torch::full_like(model.value().parameters()[0], NAN);
+  const StepResult skipped = optimizer.step(1e-2);
+  CHECK_FALSE(skipped.applied);
+  CHECK(optimizer.state().step == 0);
+  CHECK(bit_equal(before, model.value().flat_parameters()));
+  model.value().parameters()[0].mutable_grad() = torch::full_like(model.value().parameters()[0], 100.0);
+  const StepResult clipped = optimizer.step(1e-2);
+  CHECK(clipped.applied);
+  CHECK(clipped.grad_norm > 100.0);
+  CHECK(optimizer.state().exp_avg.norm().item<double>() ==
+        Approx(0.1).epsilon(1e-3));  // (1 - b1) * clipped 1.0
+  AdamWState wrong;
+  wrong.exp_avg = torch::zeros({3});
+  wrong.exp_avg_sq = torch::zeros({3});
+  CHECK_FALSE(optimizer.load_state(wrong).ok());
+}
+
+TEST_CASE(
+    "SFT: the loss falls and rollouts follow the tool protocol, and their log-probs match teacher forcing",
+    "[rl][training][rollout]") {
+  auto trainer = make_trainer(tiny_sft(150));
+  const auto [first, last] = train(*trainer);
+  INFO("loss first 10 steps " << first << ", last 10 " << last);
+  CHECK(last < 0.5 * first);
+
+  // Sampled (temperature 1) multi-turn rollouts on held-out tasks.
+  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 42);
+  std::vector<rollout::RolloutRequest> requests;
+  for (int i = 0; i < 8; ++i) requests.push_back({generator.next(), &generator.tools()});
+  rollout::RolloutOptions options;
+  options.format = short_prompt();
+  options.sampling.seed = 5;
+  rollout::RolloutStats stats;
+  auto result = rollout::run_rollouts(trainer->model(), requests, options, &stats);
+  REQUIRE(result.ok());
+  const std::vector<Trajectory>& trajectories = result.value();
+  REQUIRE(trajectories.size() == 8);
+  int multi_turn = 0;
+  std::uint64_t generated = 0;
+  for (const Trajectory& t : trajectories) {
+    generated += t.generated_tokens();
+    multi_turn += t.turns >= 2 ? 1 : 0;
+    CHECK(t.score.tool_calls == t.turns - (t.end == zorplex::EpisodeEnd::kTurnLimit ? 0 : 1));
+  }
+  CHECK(stats.generated_tokens == generated);
+  CHECK(stats.generate_calls >= 2);
+  // The SFT policy calls tools: most episodes have a tool result injected.
+  INFO("episodes with two or more turns: " << multi_turn << " of 8");
+  CHECK(multi_turn >= 4);
+
+  // Teacher forcing over each whole trajectory (prompt, turns, injected
+  // results) reproduces every recorded behaviour log-prob.
+  std::vector<const Trajectory*> pointers;
+  for (const Trajectory& t : trajectories) pointers.push_back(&t);
+  auto batch = make_token_batch(pointers, trainer->options().model.max_seq_len);
+  REQUIRE(batch.ok());
+  torch::NoGradGuard no_grad;
+  const torch::Tensor recomputed = batch_log_probs(trainer->model(), batch.value(), 1.0);
+  const torch::Tensor diff =
+      ((recomputed - batch.value().behaviour_log_probs).abs() * batch.value().loss_mask).max();
+  CHECK(diff.item<float>() < 1e-4);
+  CHECK(batch.value().loss_mask.sum().item<float>() == static_cast<float>(generated));
+
+  // Greedy evaluation: a plain summary of what the policy does.
+  rollout::EvalOptions eval;
+  eval.count = 6;
+  eval.batch_size = 4;
+  eval.rollout.format = short_prompt();
+  auto evaluated = rollout::evaluate(trainer->model(), eval);
+  REQUIRE(evaluated.ok());
+  CHECK(evaluated.value().summary.tasks == 6);
+  CHECK(evaluated.value().trajectories.size() == 6);
+  CHECK(evaluated.value().summary.generated_tokens > 0);
+  CHECK(evaluated.value().summary.avg_tool_calls > 0.5);
+}
+
+TEST_CASE("SFT: a resumed run ends bit-identical to an uninterrupted one", "[rl][training]") {
+  SftOptions options = tiny_sft(6);
+  options.batch_size = 4;
+  options.data.imperfect_fraction = 0.3;
+  auto straight = make_trainer(options);
+  for (int i = 0; i < 6; ++i) REQUIRE(straight->step().ok());
+
+  const auto dir = temp_dir("resume");
+  auto first_half = make_trainer(options);
+  for (int i = 0; i < 3; ++i) REQUIRE(first_half->step().ok());
+  REQUIRE(first_half->save(dir.string()).ok());
+  auto resumed = SftTrainer::resume(dir.string());
+  REQUIRE(resumed.ok());
+  SftTrainer& second_half = *resumed.value();
+  CHECK(second_half.completed_steps() == 3);
+  CHECK(second_half.options().to_json() == options.to_json());
+  for (int i = 0; i < 3; ++i) REQUIRE(second_half.step().ok());
+  CHECK(bit_equal(straight->model().flat_parameters(), second_half.model().flat_parameters()));
+
+  // The policy file is a plain policy checkpoint with the SFT step in its metadata.
+  REQUIRE(second_half.save(dir.string()).ok());
+  auto loaded = policy::load_model(policy_file(dir.string()));
+  REQUIRE(loaded.ok());
+  CHECK(bit_equal(loaded.value().flat_parameters(), straight->model().flat_parameters()));
+  CHECK(policy::read_safetensors(policy_file(dir.string())).value().metadata.at("sft.step") == "6");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SFT: resume refuses a torn or foreign checkpoint with a clear error", "[rl][training]") {
+  const auto dir = temp_dir("torn");
+  SftOptions options = tiny_sft(4);
+  options.batch_size = 2;
+  auto trainer = make_trainer(options);
+  REQUIRE(trainer->step().ok());
+  REQUIRE(trainer->save(dir.string()).ok());
+  const auto old_optimizer = dir / "old_optimizer.safetensors";
+  std::filesystem::copy_file(optimizer_file(dir.string()), old_optimizer);
+  REQUIRE(trainer->step().ok());
+  REQUIRE(trainer->save(dir.string()).ok());
+  // A save cut between its two files: the optimizer is a step behind.
+  std::filesystem::copy_file(old_optimizer, optimizer_file(dir.string()),
+                             std::filesystem::copy_options::overwrite_existing);
+  auto torn = SftTrainer::resume(dir.string());
+  REQUIRE_FALSE(torn.ok());
+  CHECK(torn.error().message.find("different steps") != std::string::npos);
+
+  // A policy saved without SFT metadata.
+  const auto plain = temp_dir("plain");
+  REQUIRE(policy::save_model(policy_file(plain.string()), trainer->model()).ok());
+  auto foreign = SftTrainer::resume(plain.string());
+  REQUIRE_FALSE(foreign.ok());
+  CHECK(foreign.error().message.find("not an SFT checkpoint") != std::string::npos);
+
+  auto missing = SftTrainer::resume((dir / "nowhere").string());
+  REQUIRE_FALSE(missing.ok());
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(plain);
+}
+
+TEST_CASE("SFT: options round trip through JSON and bad ones are named", "[rl][training]") {
+  SftOptions options = tiny_sft(10);
+  options.data.mix = {rollout::TaskMix{zorplex::TaskKind::kMultiStep, zorplex::Difficulty::kEasy},
+                      rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kHard}};
+  auto parsed = SftOptions::from_json(options.to_json());
+  REQUIRE(parsed.ok());
+  CHECK(parsed.value().to_json() == options.to_json());
+  CHECK(parsed.value().model == options.model);
+  CHECK_FALSE(SftOptions::from_json("{}").ok());
+  CHECK_FALSE(SftOptions::from_json("not json").ok());
+  options.batch_size = 0;
+  CHECK(options.validate().find("batch size") != std::string::npos);
+  CHECK_FALSE(SftTrainer::create(options).ok());
+
+  SftOptions schedule = tiny_sft(110);
+  schedule.warmup_steps = 10;
+  schedule.lr = 1.0;
+  schedule.min_lr_ratio = 0.1;
+  CHECK(learning_rate(schedule, 0) == Approx(0.1));
+  CHECK(learning_rate(schedule, 9) == Approx(1.0));
+  CHECK(learning_rate(schedule, 60) == Approx(0.55));
+  CHECK(learning_rate(schedule, 110) == Approx(0.1));
+}
