@@ -13,7 +13,8 @@ packages=(
   libcli11-dev                       # command-line parsing in examples and tools
   libucx-dev                         # the UCX transport (one-sided ucp_get)
   libibverbs-dev                     # the ibverbs transport (RDMA READ); builds without a device
-  nlohmann-json3-dev                 # weightsync-bench --json
+  nlohmann-json3-dev                 # JSON (bench, eval) and MessagePack (the trajectory channel)
+  libzmq3-dev cppzmq-dev             # ZeroMQ: the generator -> trainer trajectory channel
   gnuplot-nox                        # weightsync-bench --plot
   ucx-utils iperf3                   # ucx_perftest and iperf3: the bench's same-run baselines
   libtorch-dev libopenblas0-pthread  # the RL policy (rl/policy); OpenBLAS, or libtorch is ~30x slower

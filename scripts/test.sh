@@ -23,7 +23,9 @@ run_suite() {  # run_suite NAME BUILD_DIR CMAKE_ARGS [ctest args...]
 
 run_suite "tests" "${WEIGHTSYNC_BUILD_DIR:-$root/build}" "" "$@"
 if [ "$sanitizers" = 1 ]; then
-  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" TSAN_OPTIONS="halt_on_error=1"
+  # tests/tsan.supp: libzmq is not instrumented (see the file).
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  export TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp"
   # Without libtorch: it is not instrumented (its OpenMP threads are invisible
   # to TSan) and it would triple the build time; the plain run covers it.
   run_suite "tests under ASan+UBSan" "$root/build-asan" \

@@ -19,6 +19,7 @@
 #include "rollout/evaluation.h"
 #include "rollout/rollout.h"
 #include "training/flat_adamw.h"
+#include "training/policy_loss.h"
 #include "training/sft.h"
 #include "training/token_batch.h"
 
@@ -371,4 +372,83 @@ TEST_CASE("SFT: options round trip through JSON and bad ones are named", "[rl][t
   CHECK(learning_rate(schedule, 9) == Approx(1.0));
   CHECK(learning_rate(schedule, 60) == Approx(0.55));
   CHECK(learning_rate(schedule, 110) == Approx(0.1));
+}
+
+namespace {
+
+torch::Tensor rows(std::vector<std::vector<double>> values) {
+  std::vector<torch::Tensor> out;
+  for (const auto& row : values) out.push_back(torch::tensor(row, torch::kFloat64));
+  return torch::stack(out);
+}
+
+}  // namespace
+
+TEST_CASE("policy loss: REINFORCE is -A log p averaged over the masked tokens", "[rl][training][loss]") {
+  torch::Tensor log_probs = rows({{-1.0, -2.0}, {-0.5, -3.0}}).requires_grad_(true);
+  PolicyLossInputs in;
+  in.log_probs = log_probs;
+  in.behaviour_log_probs = torch::zeros_like(log_probs);
+  in.loss_mask = rows({{1, 1}, {1, 0}});
+  in.advantages = torch::tensor({2.0, -1.0}, torch::kFloat64);
+  PolicyLossOptions options;
+  options.objective = Objective::kReinforce;
+  const PolicyLoss loss = policy_loss(in, options);
+  // (-2 * -1) + (-2 * -2) + (1 * -0.5) = 2 + 4 - 0.5 = 5.5 over 3 tokens.
+  CHECK(loss.loss.item<double>() == Approx(5.5 / 3));
+  CHECK(loss.tokens == 3);
+  loss.loss.backward();
+  CHECK(torch::allclose(log_probs.grad(), rows({{-2.0 / 3, -2.0 / 3}, {1.0 / 3, 0.0}})));
+}
+
+TEST_CASE("policy loss: the PPO/GRPO clip is active on each side", "[rl][training][loss]") {
+  // Behaviour log-probs 0, so each ratio is exp(log_prob).
+  torch::Tensor log_probs =
+      rows({{std::log(1.5), std::log(0.5)}, {std::log(0.5), std::log(1.5)}}).requires_grad_(true);
+  PolicyLossInputs in;
+  in.log_probs = log_probs;
+  in.behaviour_log_probs = torch::zeros({2, 2}, torch::kFloat64);
+  in.loss_mask = torch::ones({2, 2}, torch::kFloat64);
+  in.advantages = torch::tensor({1.0, -1.0}, torch::kFloat64);
+  const PolicyLoss loss = policy_loss(in, PolicyLossOptions{});  // eps 0.2
+  // A = +1: r 1.5 -> min(1.5, 1.2) = 1.2 (clipped above); r 0.5 -> min(0.5, 0.8) = 0.5.
+  // A = -1: r 0.5 -> min(-0.5, -0.8) = -0.8 (clipped below); r 1.5 -> min(-1.5, -1.2) = -1.5.
+  // loss = mean(-1.2, -0.5, 0.8, 1.5) = 0.15
+  CHECK(loss.loss.item<double>() == Approx(0.15));
+  CHECK(loss.clipped_fraction == Approx(0.5));
+  CHECK(loss.mean_ratio == Approx(1.0));
+  loss.loss.backward();
+  // Clipped tokens have no gradient; the others d(-r A)/d log p = -r A, over 4 tokens.
+  CHECK(torch::allclose(log_probs.grad(), rows({{0.0, -0.5 / 4}, {0.0, 1.5 / 4}})));
+}
+
+TEST_CASE("policy loss: the decoupled objective weights by pi_prox / pi_behav and caps it",
+          "[rl][training][loss]") {
+  PolicyLossInputs in;
+  in.behaviour_log_probs = torch::zeros({2, 2}, torch::kFloat64);
+  in.proximal_log_probs = rows({{std::log(2.0), std::log(4.0)}, {std::log(0.5), 0.0}});
+  // Ratios against the proximal policy: 1.5 and 1.0 in row 0, 0.5 in row 1.
+  torch::Tensor log_probs =
+      rows({{std::log(2.0 * 1.5), std::log(4.0)}, {std::log(0.5 * 0.5), 0.0}}).requires_grad_(true);
+  in.log_probs = log_probs;
+  in.loss_mask = rows({{1, 1}, {1, 0}});
+  in.advantages = torch::tensor({1.0, -1.0}, torch::kFloat64);
+  PolicyLossOptions options;
+  options.decoupled = true;
+  options.behaviour_weight_cap = 3.0;
+  const PolicyLoss loss = policy_loss(in, options);
+  // Token (0,1) has weight 4 > 3: left out. (0,0): weight 2, r 1.5 clipped to 1.2 -> -2.4.
+  // (1,0): weight 0.5, r 0.5 clipped to 0.8 with A = -1 -> +0.8 * 0.5 = 0.4. Mean over 2: -1.0.
+  CHECK(loss.loss.item<double>() == Approx(-1.0));
+  CHECK(loss.tokens == 2);
+  CHECK(loss.capped_tokens == 1);
+  CHECK(loss.clipped_fraction == Approx(1.0));
+  CHECK(loss.mean_behaviour_weight == Approx(1.25));
+  // Without the cap the weight-4 token counts: r = 1, A = 1 -> -1 * 4 = -4; mean (-2.4 - 4 + 0.4) / 3.
+  options.behaviour_weight_cap = 0.0;
+  CHECK(policy_loss(in, options).loss.item<double>() == Approx(-6.0 / 3));
+  // Not decoupled: ratios against the behaviour policy (3.0, 4.0, 0.25), no weight.
+  options.decoupled = false;
+  // A = +1: min(3, 1.2) = 1.2, min(4, 1.2) = 1.2; A = -1: min(-0.25, -0.8) = -0.8 -> mean(-1.2, -1.2, 0.8).
+  CHECK(policy_loss(in, options).loss.item<double>() == Approx(-1.6 / 3));
 }

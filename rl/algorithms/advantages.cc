@@ -1,0 +1,38 @@
+// algorithms/advantages.cc: see advantages.h.
+#include "algorithms/advantages.h"
+
+#include <cmath>
+
+namespace algorithms {
+
+bool zero_variance(const std::vector<double>& rewards) {
+  for (double r : rewards) {
+    if (std::abs(r - rewards.front()) > 1e-12) return false;
+  }
+  return true;
+}
+
+std::vector<double> group_advantages(const std::vector<double>& rewards, bool normalize, double eps) {
+  std::vector<double> out(rewards.size(), 0.0);
+  if (rewards.size() < 2 || zero_variance(rewards)) return out;
+  double mean = 0.0;
+  for (double r : rewards) mean += r;
+  mean /= static_cast<double>(rewards.size());
+  double variance = 0.0;
+  for (double r : rewards) variance += (r - mean) * (r - mean);
+  variance /= static_cast<double>(rewards.size());
+  const double scale = normalize ? 1.0 / (std::sqrt(variance) + eps) : 1.0;
+  for (std::size_t i = 0; i < rewards.size(); ++i) out[i] = (rewards[i] - mean) * scale;
+  return out;
+}
+
+void RunningMeanBaseline::update(const std::vector<double>& batch_rewards) {
+  if (batch_rewards.empty()) return;
+  double mean = 0.0;
+  for (double r : batch_rewards) mean += r;
+  mean /= static_cast<double>(batch_rewards.size());
+  value_ = initialized_ ? decay_ * value_ + (1.0 - decay_) * mean : mean;
+  initialized_ = true;
+}
+
+}  // namespace algorithms

@@ -1,0 +1,51 @@
+// algorithms/replay_buffer.cc: see replay_buffer.h.
+#include "algorithms/replay_buffer.h"
+
+#include "algorithms/advantages.h"
+
+namespace algorithms {
+
+std::vector<double> TrajectoryGroup::rewards() const {
+  std::vector<double> out;
+  out.reserve(trajectories.size());
+  for (const rollout::Trajectory& t : trajectories) out.push_back(t.score.reward);
+  return out;
+}
+
+ReplayBuffer::Added ReplayBuffer::add(TrajectoryGroup group) {
+  ++counters_.groups_received;
+  counters_.trajectories_received += group.trajectories.size();
+  if (options_.drop_zero_variance && zero_variance(group.rewards())) {
+    ++counters_.groups_dropped_zero_variance;
+    return Added::kDroppedZeroVariance;
+  }
+  queue_.push_back(std::move(group));
+  while (queue_.size() > options_.capacity_groups) {
+    queue_.pop_front();
+    ++counters_.groups_dropped_overflow;
+  }
+  return Added::kQueued;
+}
+
+std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uint64_t current_version) {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    const bool stale =
+        current_version > it->version_start && current_version - it->version_start > options_.max_staleness;
+    if (stale) {
+      ++counters_.groups_dropped_stale;
+      counters_.trajectories_dropped_stale += it->trajectories.size();
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<TrajectoryGroup> out;
+  while (!queue_.empty() && out.size() < max_groups) {
+    out.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    ++counters_.groups_served;
+  }
+  return out;
+}
+
+}  // namespace algorithms

@@ -1,0 +1,76 @@
+// algorithms/replay_buffer.h: the trainer's buffer of trajectory groups, with
+// AReaL's staleness limit and the zero-variance filter of DAPO/SLIME.
+//
+// Contract
+// - The unit is a group: the G trajectories a generator sampled for one
+//   prompt in one batch, with the policy versions the rollout started and
+//   ended with (a generator pulls only between groups, so all G share them).
+// - add(group): a group whose rewards are all equal carries no learning
+//   signal under group-relative advantages; with drop_zero_variance it is
+//   dropped here and counted. A group beyond capacity_groups pushes out the
+//   oldest one (counted as overflow). Otherwise it is queued, oldest first.
+// - take(n, current_version): first drops every queued group with
+//   current_version - version_start > max_staleness (counted as stale, and
+//   its trajectories too), then removes and returns up to n groups, oldest
+//   first. The trainer over-samples: it keeps taking until its batch is full.
+// - Counters say how many groups and trajectories came in and went where.
+// - One thread (the trainer's); no locking. Nothing fails.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "rollout/trajectory.h"
+
+namespace algorithms {
+
+struct TrajectoryGroup {
+  std::vector<rollout::Trajectory> trajectories;
+  std::uint64_t version_start = 0;  // the policy version the rollouts were sampled with
+  std::uint64_t version_end = 0;    // the newest version the generator held when it sent them
+  std::uint32_t generator = 0;
+  std::uint64_t sequence = 0;  // per generator, from 0
+  std::uint64_t task_seed = 0;
+  std::uint64_t task_index = 0;
+  double generation_seconds = 0.0;  // time the generator spent sampling this group
+
+  std::vector<double> rewards() const;
+};
+
+struct ReplayOptions {
+  std::uint64_t max_staleness = 4;
+  bool drop_zero_variance = true;
+  std::size_t capacity_groups = 256;
+};
+
+struct ReplayCounters {
+  std::uint64_t groups_received = 0;
+  std::uint64_t trajectories_received = 0;
+  std::uint64_t groups_dropped_zero_variance = 0;
+  std::uint64_t groups_dropped_stale = 0;
+  std::uint64_t trajectories_dropped_stale = 0;
+  std::uint64_t groups_dropped_overflow = 0;
+  std::uint64_t groups_served = 0;
+};
+
+class ReplayBuffer {
+ public:
+  explicit ReplayBuffer(ReplayOptions options) : options_(options) {}
+
+  enum class Added { kQueued, kDroppedZeroVariance };
+  Added add(TrajectoryGroup group);
+  std::vector<TrajectoryGroup> take(std::size_t max_groups, std::uint64_t current_version);
+
+  std::size_t size() const { return queue_.size(); }
+  const ReplayCounters& counters() const { return counters_; }
+  const ReplayOptions& options() const { return options_; }
+
+ private:
+  ReplayOptions options_;
+  std::deque<TrajectoryGroup> queue_;
+  ReplayCounters counters_;
+};
+
+}  // namespace algorithms

@@ -1,0 +1,44 @@
+// channel/group_codec.h: the wire form of a trajectory group, sent from a
+// generator to the trainer (MessagePack, through nlohmann::json's encoder;
+// docs/rl_protocol.md). Never pickle, never raw structs.
+//
+// Contract
+// - encode_group() writes one MessagePack map: "schema" =
+//   "weightsync-trajectories/1", the group's fields (generator, sequence,
+//   version_start, version_end, task_seed, task_index, generation_seconds)
+//   and "trajectories": an array of maps, each with the token ids (binary,
+//   uint16 little endian), the loss mask (binary, one byte per token, 0/1),
+//   the behaviour log-probs (binary, float32 little endian), prompt_tokens,
+//   the task (kind, difficulty, question, answer or nil) and the outcome
+//   (reward, correct, has_answer_tag, extraction_rule, extracted (the
+//   integer as written, a decimal string) or nil,
+//   failure_mode, tool_calls, turns, end, truncated).
+// - decode_group() accepts exactly that schema and checks everything before
+//   building a group: the schema string, every field's type, enum names, the
+//   three per-token arrays of one length, 2 <= tokens <= kMaxTokens, token
+//   ids < policy::kVocabSize, mask bytes 0/1, finite log-probs <= 0 where
+//   the mask is 1, prompt_tokens < tokens, at most kMaxTrajectories per group.
+//   Anything else is an Error saying what is wrong; it never crashes (the
+//   decoder is fed garbage and mutations in the tests). The transcript is
+//   rebuilt from the tokens after the prompt; the task's words are not sent.
+// - Pure functions; any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "algorithms/replay_buffer.h"
+#include "zorplex/result.h"
+
+namespace channel {
+
+inline constexpr const char* kGroupSchema = "weightsync-trajectories/1";
+inline constexpr std::size_t kMaxTokens = 1u << 16;
+inline constexpr std::size_t kMaxTrajectories = 1024;
+
+std::string encode_group(const algorithms::TrajectoryGroup& group);
+zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes);
+
+}  // namespace channel

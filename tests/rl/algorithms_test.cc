@@ -1,0 +1,116 @@
+// RL algorithms without libtorch, against hand-computed values: group
+// advantages (GRPO), the running-mean baseline (REINFORCE), and the replay
+// buffer's zero-variance, staleness and capacity rules.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "algorithms/advantages.h"
+#include "algorithms/replay_buffer.h"
+
+using namespace algorithms;
+
+namespace {
+
+TrajectoryGroup group_with(std::vector<double> rewards, std::uint64_t version_start,
+                           std::uint64_t sequence = 0) {
+  TrajectoryGroup g;
+  g.version_start = version_start;
+  g.version_end = version_start;
+  g.sequence = sequence;
+  for (double r : rewards) {
+    rollout::Trajectory t;
+    t.score.reward = r;
+    g.trajectories.push_back(t);
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("advantages: group-relative, with and without the std normalisation", "[rl][algorithms]") {
+  // mean 0.7, deviations +-0.5, population std 0.5.
+  const std::vector<double> plain = group_advantages({1.2, 0.2, 0.2, 1.2}, false);
+  REQUIRE(plain.size() == 4);
+  CHECK(plain[0] == Approx(0.5));
+  CHECK(plain[1] == Approx(-0.5));
+  CHECK(plain[2] == Approx(-0.5));
+  CHECK(plain[3] == Approx(0.5));
+  const std::vector<double> normalized = group_advantages({1.2, 0.2, 0.2, 1.2}, true);
+  CHECK(normalized[0] == Approx(1.0).epsilon(1e-5));
+  CHECK(normalized[1] == Approx(-1.0).epsilon(1e-5));
+  // One success in four: mean 0.25, variance (0.75^2 + 3 * 0.25^2) / 4 = 0.1875.
+  const std::vector<double> one = group_advantages({1, 0, 0, 0}, true, 0.0);
+  CHECK(one[0] == Approx(0.75 / std::sqrt(0.1875)));
+  CHECK(one[1] == Approx(-0.25 / std::sqrt(0.1875)));
+  CHECK(one[0] == Approx(1.7320508));
+  // No signal: all equal, or a group of one.
+  CHECK(group_advantages({0.2, 0.2, 0.2}, true) == std::vector<double>{0, 0, 0});
+  CHECK(group_advantages({1.0}, true) == std::vector<double>{0});
+  CHECK(zero_variance({0.2, 0.2}));
+  CHECK_FALSE(zero_variance({0.2, 1.2}));
+}
+
+TEST_CASE("advantages: the running-mean baseline", "[rl][algorithms]") {
+  RunningMeanBaseline baseline(0.9);
+  CHECK(baseline.value() == 0.0);
+  CHECK(baseline.advantage(1.0) == 1.0);
+  baseline.update({1.0, 0.0});  // first batch: the mean itself
+  CHECK(baseline.value() == Approx(0.5));
+  baseline.update({1.0, 1.0});  // 0.9 * 0.5 + 0.1 * 1.0
+  CHECK(baseline.value() == Approx(0.55));
+  CHECK(baseline.advantage(1.0) == Approx(0.45));
+  baseline.update({});
+  CHECK(baseline.value() == Approx(0.55));
+}
+
+TEST_CASE("replay buffer: zero-variance groups are dropped and counted", "[rl][algorithms]") {
+  ReplayBuffer buffer(ReplayOptions{4, true, 16});
+  CHECK(buffer.add(group_with({1.2, 1.2, 1.2, 1.2}, 0)) == ReplayBuffer::Added::kDroppedZeroVariance);
+  CHECK(buffer.add(group_with({0.0, 0.0}, 0)) == ReplayBuffer::Added::kDroppedZeroVariance);
+  CHECK(buffer.add(group_with({1.2, 0.2}, 0)) == ReplayBuffer::Added::kQueued);
+  CHECK(buffer.size() == 1);
+  CHECK(buffer.counters().groups_received == 3);
+  CHECK(buffer.counters().trajectories_received == 8);
+  CHECK(buffer.counters().groups_dropped_zero_variance == 2);
+
+  ReplayBuffer keep_all(ReplayOptions{4, false, 16});
+  CHECK(keep_all.add(group_with({1.2, 1.2}, 0)) == ReplayBuffer::Added::kQueued);
+}
+
+TEST_CASE("replay buffer: groups more than max_staleness versions old are dropped at take",
+          "[rl][algorithms]") {
+  ReplayBuffer buffer(ReplayOptions{2, true, 16});
+  for (std::uint64_t v : {1, 2, 3, 5}) buffer.add(group_with({1, 0, 0}, v, v));
+  // At version 5: 5 - 1 = 4 > 2 and 5 - 2 = 3 > 2 are stale; 5 - 3 = 2 is not.
+  const std::vector<TrajectoryGroup> taken = buffer.take(10, 5);
+  REQUIRE(taken.size() == 2);
+  CHECK(taken[0].version_start == 3);
+  CHECK(taken[1].version_start == 5);
+  CHECK(buffer.counters().groups_dropped_stale == 2);
+  CHECK(buffer.counters().trajectories_dropped_stale == 6);
+  CHECK(buffer.counters().groups_served == 2);
+  // A version ahead of the trainer (it cannot happen, but must not underflow) is not stale.
+  buffer.add(group_with({1, 0}, 9));
+  CHECK(buffer.take(1, 5).size() == 1);
+  // max_staleness 0: only groups sampled with the current version.
+  ReplayBuffer strict(ReplayOptions{0, true, 16});
+  strict.add(group_with({1, 0}, 3));
+  strict.add(group_with({1, 0}, 4));
+  CHECK(strict.take(5, 4).size() == 1);
+  CHECK(strict.counters().groups_dropped_stale == 1);
+}
+
+TEST_CASE("replay buffer: oldest first, at most n per take, capacity pushes out the oldest",
+          "[rl][algorithms]") {
+  ReplayBuffer buffer(ReplayOptions{100, true, 3});
+  for (std::uint64_t i = 0; i < 5; ++i) buffer.add(group_with({1, 0}, 0, i));
+  CHECK(buffer.size() == 3);
+  CHECK(buffer.counters().groups_dropped_overflow == 2);
+  const auto first = buffer.take(2, 0);
+  REQUIRE(first.size() == 2);
+  CHECK(first[0].sequence == 2);
+  CHECK(first[1].sequence == 3);
+  CHECK(buffer.take(2, 0).size() == 1);
+  CHECK(buffer.take(2, 0).empty());
+}

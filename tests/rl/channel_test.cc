@@ -1,0 +1,310 @@
+// The trajectory group's wire form: a round trip keeps every field the
+// trainer uses; every malformed input (wrong schema, truncation at every
+// length, random mutations, each out-of-range field) is an Error, never a
+// crash.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "channel/group_channel.h"
+#include "channel/group_codec.h"
+#include "rollout/demonstrations.h"
+
+using algorithms::TrajectoryGroup;
+using nlohmann::json;
+
+namespace {
+
+TrajectoryGroup sample_group() {
+  rollout::DemonstrationOptions options;
+  options.imperfect_fraction = 0.5;
+  options.seed = 3;
+  const rollout::DemonstrationStream stream(options);
+  TrajectoryGroup group;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    rollout::Trajectory t = stream.at(i);
+    for (std::size_t k = 0; k < t.log_probs.size(); ++k) {
+      if (t.generated[k]) t.log_probs[k] = -0.001f * static_cast<float>(k % 97) - 1e-7f;
+    }
+    group.trajectories.push_back(std::move(t));
+  }
+  group.version_start = 7;
+  group.version_end = 9;
+  group.generator = 2;
+  group.sequence = 41;
+  group.task_seed = 100000;
+  group.task_index = 12;
+  group.generation_seconds = 0.25;
+  return group;
+}
+
+json as_json(const std::string& bytes) {
+  return json::from_msgpack(bytes);
+}
+
+std::string as_bytes(const json& j) {
+  const auto v = json::to_msgpack(j);
+  return std::string(v.begin(), v.end());
+}
+
+std::string error_of(const json& j) {
+  auto decoded = channel::decode_group(as_bytes(j));
+  REQUIRE_FALSE(decoded.ok());
+  return decoded.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("group codec: a round trip keeps every field the trainer uses", "[rl][channel]") {
+  const TrajectoryGroup group = sample_group();
+  const std::string bytes = channel::encode_group(group);
+  auto decoded = channel::decode_group(bytes);
+  REQUIRE(decoded.ok());
+  const TrajectoryGroup& g = decoded.value();
+  CHECK(g.version_start == 7);
+  CHECK(g.version_end == 9);
+  CHECK(g.generator == 2);
+  CHECK(g.sequence == 41);
+  CHECK(g.task_seed == 100000);
+  CHECK(g.task_index == 12);
+  CHECK(g.generation_seconds == 0.25);
+  REQUIRE(g.trajectories.size() == group.trajectories.size());
+  for (std::size_t i = 0; i < g.trajectories.size(); ++i) {
+    const rollout::Trajectory& a = group.trajectories[i];
+    const rollout::Trajectory& b = g.trajectories[i];
+    CHECK(b.tokens == a.tokens);
+    CHECK(b.generated == a.generated);
+    CHECK(b.log_probs == a.log_probs);  // float32 bits survive
+    CHECK(b.prompt_tokens == a.prompt_tokens);
+    CHECK(b.transcript == a.transcript);
+    CHECK(b.task.question == a.task.question);
+    CHECK(b.task.answer == a.task.answer);
+    CHECK(b.task.kind == a.task.kind);
+    CHECK(b.score.reward == a.score.reward);
+    CHECK(b.score.correct == a.score.correct);
+    CHECK(b.score.has_answer_tag == a.score.has_answer_tag);
+    CHECK(b.score.extraction.rule == a.score.extraction.rule);
+    CHECK(b.score.extraction.answer.has_value() == a.score.extraction.answer.has_value());
+    if (a.score.extraction.answer)
+      CHECK(b.score.extraction.answer->value == a.score.extraction.answer->value);
+    CHECK(b.score.failure_mode == a.score.failure_mode);
+    CHECK(b.score.tool_calls == a.score.tool_calls);
+    CHECK(b.turns == a.turns);
+    CHECK(b.end == a.end);
+    CHECK(b.truncated == a.truncated);
+  }
+  // Compact: tokens 2 bytes, mask 1, log-prob 4, plus the fields.
+  std::size_t tokens = 0;
+  for (const auto& t : group.trajectories) tokens += t.tokens.size();
+  CHECK(bytes.size() < tokens * 7 + 2000);
+}
+
+TEST_CASE("group codec: a different schema or shape is refused with the reason", "[rl][channel]") {
+  const json good = as_json(channel::encode_group(sample_group()));
+  json j = good;
+  j["schema"] = "weightsync-trajectories/2";
+  CHECK(error_of(j).find("expected \"weightsync-trajectories/1\"") != std::string::npos);
+  j = good;
+  j.erase("version_start");
+  CHECK(error_of(j).find("missing \"version_start\"") != std::string::npos);
+  j = good;
+  j["sequence"] = "seven";
+  CHECK(error_of(j).find("\"sequence\" has the wrong type") != std::string::npos);
+  j = good;
+  j["version_end"] = 3;  // before version_start 7
+  CHECK(error_of(j).find("version_end < version_start") != std::string::npos);
+  j = good;
+  j["trajectories"] = json::array();
+  CHECK(error_of(j).find("0 trajectories") != std::string::npos);
+  CHECK_FALSE(channel::decode_group(as_bytes(json::array({1, 2}))).ok());
+}
+
+TEST_CASE("group codec: out-of-range trajectory fields are refused", "[rl][channel]") {
+  const json good = as_json(channel::encode_group(sample_group()));
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json j = good;
+    edit(j["trajectories"][1]);
+    return error_of(j);
+  };
+  CHECK(with([](json& t) {
+          t["tokens"].get_binary()[0] = 0x10, t["tokens"].get_binary()[1] = 0x01;
+        }).find("outside the vocabulary") != std::string::npos);  // id 272
+  CHECK(with([](json& t) { t["generated"].get_binary()[3] = 2; }).find("not 0 or 1") != std::string::npos);
+  CHECK(with([](json& t) { t["generated"].get_binary().pop_back(); }).find("differ in length") !=
+        std::string::npos);
+  CHECK(with([](json& t) { t["prompt_tokens"] = 100000; }).find("prompt_tokens") != std::string::npos);
+  CHECK(with([](json& t) { t["failure_mode"] = "lucky"; }).find("unknown") != std::string::npos);
+  CHECK(with([](json& t) { t["kind"] = "cooking"; }).find("cooking") != std::string::npos);
+  CHECK(with([](json& t) { t["extracted"] = "12a"; }).find("not an integer") != std::string::npos);
+  CHECK(with([](json& t) { t["reward"] = std::nan(""); }).find("not finite") != std::string::npos);
+  // A positive log-prob on a generated token.
+  CHECK(with([](json& t) {
+          auto& mask = t["generated"].get_binary();
+          std::size_t k = 0;
+          while (mask[k] == 0) ++k;
+          auto& lp = t["log_probs"].get_binary();
+          const float one = 1.0f;
+          std::memcpy(&lp[4 * k], &one, 4);
+        }).find("not a finite number <= 0") != std::string::npos);
+  CHECK(with([](json& t) {
+          t["tokens"] = json::binary_t(std::vector<std::uint8_t>{1, 0});
+        }).find("differ in length") != std::string::npos);
+}
+
+TEST_CASE("group codec: truncation at every length and random mutations never crash", "[rl][channel]") {
+  const std::string bytes = channel::encode_group(sample_group());
+  for (std::size_t n = 0; n < bytes.size(); n += (n < 512 ? 1 : 37)) {
+    CHECK_FALSE(channel::decode_group(std::string_view(bytes.data(), n)).ok());
+  }
+  std::mt19937_64 rng(7);
+  int accepted = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string mutated = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) mutated[rng() % mutated.size()] = static_cast<char>(rng() & 0xff);
+    auto decoded = channel::decode_group(mutated);
+    if (decoded.ok()) {
+      ++accepted;  // a flip inside a question or a log-prob can still be valid; then it must be consistent
+      for (const auto& t : decoded.value().trajectories) {
+        CHECK(t.tokens.size() == t.generated.size());
+        CHECK(t.prompt_tokens < t.tokens.size());
+      }
+    }
+  }
+  CHECK(accepted < 3000);
+}
+
+namespace {
+
+std::unique_ptr<channel::GroupReceiver> bind_receiver(const channel::ChannelOptions& options) {
+  auto receiver = channel::GroupReceiver::bind("tcp://127.0.0.1:*", options);
+  REQUIRE(receiver.ok());
+  return std::move(receiver).value();
+}
+
+std::unique_ptr<channel::GroupSender> connect_sender(const std::string& endpoint,
+                                                     const channel::ChannelOptions& options) {
+  auto sender = channel::GroupSender::connect(endpoint, options);
+  REQUIRE(sender.ok());
+  return std::move(sender).value();
+}
+
+// Waits up to 5 s for one message.
+zorplex::Result<TrajectoryGroup> receive_one(channel::GroupReceiver& receiver) {
+  auto got = receiver.receive(std::chrono::seconds(5));
+  REQUIRE(got.has_value());
+  return *got;
+}
+
+}  // namespace
+
+TEST_CASE("group channel: groups arrive in order over real ZeroMQ sockets, authenticated", "[rl][channel]") {
+  channel::ChannelOptions options;
+  options.secret = "s3cret";
+  auto receiver = bind_receiver(options);
+  CHECK(receiver->endpoint().rfind("tcp://127.0.0.1:", 0) == 0);
+  auto sender = connect_sender(receiver->endpoint(), options);
+  TrajectoryGroup group = sample_group();
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    group.sequence = i;
+    auto sent = sender->send(group);
+    REQUIRE(sent.ok());
+    CHECK(sent.value());
+  }
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    auto got = receive_one(*receiver);
+    REQUIRE(got.ok());
+    CHECK(got.value().sequence == i);
+    CHECK(got.value().trajectories.size() == 4);
+    CHECK(got.value().trajectories[2].tokens == group.trajectories[2].tokens);
+  }
+  CHECK(receiver->counters().received == 3);
+  CHECK_FALSE(receiver->receive(std::chrono::milliseconds(50)).has_value());
+}
+
+TEST_CASE(
+    "group channel: a wrong secret, a missing MAC and garbage are rejected, and good messages still flow",
+    "[rl][channel]") {
+  channel::ChannelOptions options;
+  options.secret = "right";
+  auto receiver = bind_receiver(options);
+  channel::ChannelOptions wrong = options;
+  wrong.secret = "wrong";
+  auto impostor = connect_sender(receiver->endpoint(), wrong);
+  REQUIRE(impostor->send(sample_group()).ok());
+  auto forged = receive_one(*receiver);
+  REQUIRE_FALSE(forged.ok());
+  CHECK(forged.error().message.find("failed authentication") != std::string::npos);
+
+  channel::ChannelOptions none;
+  auto unsigned_sender = connect_sender(receiver->endpoint(), none);
+  REQUIRE(unsigned_sender->send(sample_group()).ok());
+  CHECK_FALSE(receive_one(*receiver).ok());
+
+  // Garbage with a valid MAC: authenticated but not a group.
+  auto honest = connect_sender(receiver->endpoint(), options);
+  const std::string garbage = "\x93\x01\x02";
+  REQUIRE(honest->send_frames(channel::payload_mac("right", garbage), garbage).ok());
+  auto malformed = receive_one(*receiver);
+  REQUIRE_FALSE(malformed.ok());
+  CHECK(malformed.error().message.find("trajectory group") != std::string::npos);
+
+  REQUIRE(honest->send(sample_group()).ok());
+  CHECK(receive_one(*receiver).ok());
+  CHECK(receiver->counters().rejected_authentication == 2);
+  CHECK(receiver->counters().rejected_malformed == 1);
+  CHECK(receiver->counters().received == 1);
+}
+
+TEST_CASE("group channel: a receiver that does not read makes send() time out, and it recovers",
+          "[rl][channel]") {
+  channel::ChannelOptions options;
+  options.high_water_mark = 1;
+  options.send_timeout = std::chrono::milliseconds(100);
+  auto receiver = bind_receiver(options);
+  auto sender = connect_sender(receiver->endpoint(), options);
+  // A large group (about 1 MB) fills the socket buffers quickly.
+  TrajectoryGroup big = sample_group();
+  while (big.trajectories.size() < 256)
+    big.trajectories.push_back(big.trajectories[big.trajectories.size() % 4]);
+  int sent = 0;
+  bool blocked = false;
+  for (int i = 0; i < 200 && !blocked; ++i) {
+    auto result = sender->send(big);
+    REQUIRE(result.ok());
+    if (result.value()) {
+      ++sent;
+    } else {
+      blocked = true;
+    }
+  }
+  INFO("sent " << sent << " groups before the queue was full");
+  CHECK(blocked);
+  CHECK(sent < 200);
+  // Drain everything that was queued: nothing was lost, and sending works again.
+  int received = 0;
+  while (auto got = receiver->receive(std::chrono::milliseconds(500))) {
+    REQUIRE(got->ok());
+    ++received;
+  }
+  CHECK(received == sent);
+  auto again = sender->send(sample_group());
+  REQUIRE(again.ok());
+  CHECK(again.value());
+  CHECK(receiver->receive(std::chrono::seconds(5)).has_value());
+}
+
+TEST_CASE("group channel: a bad endpoint or a port in use is a clear error", "[rl][channel]") {
+  auto bad = channel::GroupReceiver::bind("nonsense://here", {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("cannot bind nonsense://here") != std::string::npos);
+  auto first = bind_receiver({});
+  auto second = channel::GroupReceiver::bind(first->endpoint(), {});
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.error().message.find("another trainer") != std::string::npos);
+}
