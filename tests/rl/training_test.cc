@@ -20,6 +20,7 @@
 #include "rollout/rollout.h"
 #include "training/flat_adamw.h"
 #include "training/policy_loss.h"
+#include "training/rl_update.h"
 #include "training/sft.h"
 #include "training/token_batch.h"
 
@@ -451,4 +452,58 @@ TEST_CASE("policy loss: the decoupled objective weights by pi_prox / pi_behav an
   options.decoupled = false;
   // A = +1: min(3, 1.2) = 1.2, min(4, 1.2) = 1.2; A = -1: min(-0.25, -0.8) = -0.8 -> mean(-1.2, -1.2, 0.8).
   CHECK(policy_loss(in, options).loss.item<double>() == Approx(-1.6 / 3));
+}
+
+TEST_CASE("RL update: one GRPO step raises the rewarded trajectory's log-prob and lowers the others'",
+          "[rl][training][loss]") {
+  auto model = policy::Transformer::create(tiny_config(), 4);
+  REQUIRE(model.ok());
+  // A group of three sampled episodes of one task; only the first is rewarded.
+  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 42);
+  const zorplex::Task task = generator.next();
+  std::vector<rollout::RolloutRequest> requests(3, rollout::RolloutRequest{task, &generator.tools()});
+  rollout::RolloutOptions sampling;
+  sampling.format = short_prompt();
+  sampling.sampling.max_new_tokens = 20;
+  auto sampled = rollout::run_rollouts(model.value(), requests, sampling);
+  REQUIRE(sampled.ok());
+  algorithms::TrajectoryGroup group;
+  group.trajectories = sampled.value();
+  group.trajectories[0].score.reward = 1.0;
+  group.trajectories[1].score.reward = 0.0;
+  group.trajectories[2].score.reward = 0.0;
+  auto sequence_log_prob = [&](const Trajectory& t) {
+    torch::NoGradGuard no_grad;
+    auto batch = make_token_batch({&t}, 256);
+    REQUIRE(batch.ok());
+    return (batch_log_probs(model.value(), batch.value()) * batch.value().loss_mask).sum().item<double>();
+  };
+  std::vector<double> before;
+  for (const Trajectory& t : group.trajectories) before.push_back(sequence_log_prob(t));
+
+  RlUpdateOptions options;
+  options.lr = 1e-3;
+  RlUpdater updater(model.value(), options);
+  auto report = updater.update({group});
+  REQUIRE(report.ok());
+  CHECK(report.value().applied);
+  CHECK(report.value().trajectories == 3);
+  CHECK(report.value().reward_mean == Approx(1.0 / 3));
+  CHECK(report.value().tokens == static_cast<std::int64_t>(group.trajectories[0].generated_tokens() +
+                                                           group.trajectories[1].generated_tokens() +
+                                                           group.trajectories[2].generated_tokens()));
+  CHECK(report.value().mean_ratio == Approx(1.0).epsilon(1e-4));  // on-policy: behaviour = current
+  CHECK(report.value().clipped_fraction == 0.0);
+  CHECK(sequence_log_prob(group.trajectories[0]) > before[0]);
+  CHECK(sequence_log_prob(group.trajectories[1]) < before[1]);
+  CHECK(sequence_log_prob(group.trajectories[2]) < before[2]);
+
+  // The running-mean baseline: the first batch's advantages are r - 0, then b = mean.
+  RlUpdateOptions reinforce;
+  reinforce.loss.objective = Objective::kReinforce;
+  reinforce.baseline = BaselineKind::kRunningMean;
+  RlUpdater reinforce_updater(model.value(), reinforce);
+  REQUIRE(reinforce_updater.update({group}).ok());
+  CHECK(reinforce_updater.baseline().value() == Approx(1.0 / 3));
+  CHECK_FALSE(updater.update({}).ok());
 }

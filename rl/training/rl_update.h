@@ -1,0 +1,79 @@
+// training/rl_update.h: one policy-gradient update of the RL trainer from a
+// batch of trajectory groups.
+//
+// Contract
+// - RlUpdater owns nothing but its options, the optimizer state and the
+//   REINFORCE baseline; it borrows the model (which must outlive it) and
+//   updates its flat buffer in place through FlatAdamW.
+// - update(groups): advantages per trajectory (kGroupMean: r - mean of its
+//   group, divided by the group's std when normalize_advantages, i.e. GRPO;
+//   kRunningMean: r - b with RunningMeanBaseline, updated after the step);
+//   with the decoupled objective, the proximal log-probs are computed first
+//   from the current weights (no grad); then policy_loss() over all
+//   trajectories' generated tokens, backward, clip, one AdamW step at lr.
+//   Returns what happened (loss, reward and accuracy statistics, clip and
+//   behaviour-weight diagnostics, gradient norm, token counts).
+// - Errors: an empty batch, inconsistent trajectories (token_batch.h) or a
+//   torch failure come back as an Error; the weights are unchanged then.
+// - Thread: one thread; no forward may run on the model concurrently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/advantages.h"
+#include "algorithms/replay_buffer.h"
+#include "policy/transformer.h"
+#include "training/flat_adamw.h"
+#include "training/policy_loss.h"
+#include "zorplex/result.h"
+
+namespace training {
+
+enum class BaselineKind { kGroupMean, kRunningMean };
+
+struct RlUpdateOptions {
+  PolicyLossOptions loss;
+  BaselineKind baseline = BaselineKind::kGroupMean;
+  bool normalize_advantages = true;  // GRPO; divides by the group's std
+  double lr = 1e-4;
+  double sampling_temperature = 1.0;  // the temperature the behaviour log-probs were recorded at
+  AdamWOptions adamw;
+};
+
+struct RlUpdateReport {
+  double loss = 0.0;
+  double grad_norm = 0.0;
+  bool applied = true;
+  int trajectories = 0;
+  std::int64_t tokens = 0;  // generated tokens in the loss
+  std::int64_t capped_tokens = 0;
+  double reward_mean = 0.0;
+  double reward_std = 0.0;
+  double correct_rate = 0.0;
+  double format_rate = 0.0;  // answer from an [ANSWER] tag
+  double advantage_abs_mean = 0.0;
+  double clipped_fraction = 0.0;
+  double mean_ratio = 1.0;
+  double mean_behaviour_weight = 1.0;
+  double seconds = 0.0;
+};
+
+class RlUpdater {
+ public:
+  RlUpdater(policy::Transformer& model, RlUpdateOptions options);
+
+  zorplex::Result<RlUpdateReport> update(const std::vector<algorithms::TrajectoryGroup>& groups);
+
+  const RlUpdateOptions& options() const { return options_; }
+  FlatAdamW& optimizer() { return optimizer_; }
+  algorithms::RunningMeanBaseline& baseline() { return baseline_; }
+
+ private:
+  policy::Transformer* model_;
+  RlUpdateOptions options_;
+  FlatAdamW optimizer_;
+  algorithms::RunningMeanBaseline baseline_;
+};
+
+}  // namespace training
