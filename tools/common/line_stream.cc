@@ -2,6 +2,7 @@
 #include "line_stream.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,34 @@
 #include <csignal>
 
 namespace wsutil {
+namespace {
+
+// write(2) to a pipe without SIGPIPE, for this thread only: SIGPIPE is
+// blocked around the write, and one the write raised (EPIPE) is taken off the
+// thread's pending set with sigtimedwait before the old mask comes back. The
+// process-wide disposition is never touched, so other threads are unaffected.
+ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) {
+  sigset_t pipe_only;
+  sigset_t old_mask;
+  sigset_t pending;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  sigpending(&pending);
+  const bool already_pending = sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
+  const ssize_t n = ::write(fd, data, size);
+  const int saved_errno = errno;
+  if (n < 0 && saved_errno == EPIPE && !already_pending) {
+    const struct timespec no_wait {};
+    while (sigtimedwait(&pipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  errno = saved_errno;
+  return n;
+}
+
+}  // namespace
 
 LineStream::LineStream(LineStream&& other) noexcept
     : read_fd_(other.read_fd_), write_fd_(other.write_fd_), buffer_(std::move(other.buffer_)) {
@@ -74,10 +103,8 @@ bool LineStream::write_line(const std::string& line) {
     if (socket) {
       n = ::send(write_fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
     } else {
-      // A pipe whose reader is gone raises SIGPIPE; ignore it for this write.
-      void (*old)(int) = std::signal(SIGPIPE, SIG_IGN);
-      n = ::write(write_fd_, data.data() + done, data.size() - done);
-      std::signal(SIGPIPE, old);
+      // A pipe whose reader is gone raises SIGPIPE; keep it off this thread.
+      n = write_without_sigpipe(write_fd_, data.data() + done, data.size() - done);
     }
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
