@@ -192,10 +192,25 @@ Json build_json(const BenchReport& report, const std::vector<TargetCheck>& check
   return j;
 }
 
+// Runs write (which builds the text and writes it) and turns any exception
+// into false with "cannot write PATH: why" in *error.
+template <typename Write>
+bool write_guarded(const std::string& path, std::string* error, Write write) {
+  try {
+    return write();
+  } catch (const std::exception& e) {
+    if (error) *error = fmt::format("cannot write {}: {}", path, e.what());
+    return false;
+  } catch (...) {
+    if (error) *error = "cannot write " + path + ": unknown error";
+    return false;
+  }
+}
+
 }  // namespace
 
 bool write_csv(const std::string& path, const BenchReport& report, std::string* error) {
-  try {
+  return write_guarded(path, error, [&] {
     std::string text =
         "transport,detail,size_bytes,readers,repetitions,gbps_median,gbps_p99,latency_s_median,latency_s_p99,"
         "commit_to_all_s_median,commit_to_all_s_p99,publish_s_median,compute_slowdown,publisher_cpu_s_per_gb,"
@@ -229,28 +244,16 @@ bool write_csv(const std::string& path, const BenchReport& report, std::string* 
       text += '\n';
     }
     return write_text_file(path, text, error);
-  } catch (const std::exception& e) {
-    if (error) *error = fmt::format("cannot write {}: {}", path, e.what());
-    return false;
-  } catch (...) {
-    if (error) *error = "cannot write " + path + ": unknown error";
-    return false;
-  }
+  });
 }
 
 bool write_json(const std::string& path, const BenchReport& report, const std::vector<TargetCheck>& checks,
                 std::string* error) {
-  try {
+  return write_guarded(path, error, [&] {
     const Json j = build_json(report, checks);
     // Invalid UTF-8 (from a tool's message) is replaced rather than thrown.
     return write_text_file(path, j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n", error);
-  } catch (const std::exception& e) {
-    if (error) *error = fmt::format("cannot write {}: {}", path, e.what());
-    return false;
-  } catch (...) {
-    if (error) *error = "cannot write " + path + ": unknown error";
-    return false;
-  }
+  });
 }
 
 }  // namespace wsbench
