@@ -1,40 +1,73 @@
 #!/usr/bin/env bash
-# The main job, on localhost: a publisher and a subscriber as two processes.
-# The publisher writes several versions of synthetic weights into its slot
-# ring; the subscriber pulls each new one straight into per-tensor buffers,
-# checks every byte, and prints a summary line (versions, bytes, GB/s).
-# Usage: scripts/demo.sh [--size-mib N] [--versions N] [--tensors N]
+# The main job: the full RL loop on Zorplex over libweightsync, on localhost.
+#   1. the SFT warm start of the policy (cached: $WEIGHTSYNC_CACHE_DIR, default
+#      ~/.cache/weightsync; about 8 minutes on 2 cores the first time),
+#   2. greedy evaluation of that starting policy on 200 held-out tasks,
+#   3. a sync run and an async run of GRPO from it, each a trainer and two
+#      generator processes exchanging weights through libweightsync,
+#   4. the same evaluation after each run, then OUT/report.json and the plots
+#      OUT/plots/learning.png and OUT/plots/timeline.png.
+# Usage: scripts/demo.sh [--out DIR] [--steps N] [--generators N] [--sft-steps N]
+#        (default --out build/demo; rl-run.sh options after --)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 
-size_mib=256 versions=5 tensors=64
+out="$build/demo" steps=30 generators=2 sft_steps=1000
+extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --size-mib) size_mib="$2"; shift 2 ;;
-    --versions) versions="$2"; shift 2 ;;
-    --tensors) tensors="$2"; shift 2 ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --out) out="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --generators) generators="$2"; shift 2 ;;
+    --sft-steps) sft_steps="$2"; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
 "$root/scripts/install-deps.sh"
-echo "demo: building (first time takes a minute)..."
-"$root/scripts/build.sh" --target ws-example-publisher ws-example-subscriber >/dev/null
+echo "demo: building trainer, generator and tools (the first build takes several minutes)..."
+"$root/scripts/build.sh" --target trainer generator zorplex-sft zorplex-eval rl-report >/dev/null
+bin="$build/bin" rl="$build/rl"
 
-work="$(mktemp -d)"
-publisher_pid=""
-cleanup() {
-  if [ -n "$publisher_pid" ]; then kill "$publisher_pid" 2>/dev/null || true; wait "$publisher_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
+began=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - began ))s"; }
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+rm -rf "$out/sync" "$out/async" "$out/plots"
+
+cache="${WEIGHTSYNC_CACHE_DIR:-$HOME/.cache/weightsync}/sft-$sft_steps"
+if [ -f "$cache/policy.safetensors" ]; then
+  echo "demo: [$(elapsed)] starting policy: the cached SFT checkpoint $cache"
+  "$rl/zorplex-sft" --out "$cache" --resume --steps "$sft_steps" --log-every 100 >/dev/null
+else
+  echo "demo: [$(elapsed)] SFT warm start into $cache ($sft_steps steps)"
+  mkdir -p "$(dirname "$cache")"
+  "$rl/zorplex-sft" --out "$cache" --steps "$sft_steps" --log-every 100
+fi
+
+evaluate() {  # evaluate NAME CHECKPOINT
+  "$rl/zorplex-eval" --checkpoint "$2" --json "$out/eval-$1.json" > "$out/eval-$1.log"
+  sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' "$out/eval-$1.json" | head -n 1 |
+    awk -v name="$1" -v t="$(elapsed)" '{ printf "demo: [%s] eval %-12s accuracy %.1f%% (200 held-out tasks, greedy)\n", t, name, 100 * $1 }'
 }
-trap cleanup EXIT
+evaluate before "$cache"
 
-"$build/examples/ws-example-publisher" --size-mib "$size_mib" --tensors "$tensors" --versions "$versions" \
-  --interval-ms 1000 --linger-s 120 --address-file "$work/address" &
-publisher_pid=$!
-for _ in $(seq 1 200); do [ -s "$work/address" ] && break; sleep 0.05; done
-[ -s "$work/address" ] || { echo "demo: the publisher did not start" >&2; exit 1; }
+for mode in sync async; do
+  echo "demo: [$(elapsed)] $mode run: trainer + $generators generators, $steps steps (logs in $out/$mode)"
+  "$root/scripts/rl-run.sh" --start "$cache" --out "$out/$mode" --mode "$mode" --steps "$steps" \
+    --generators "$generators" "${extra[@]}" | grep -E 'step +[0-9]+/|done after' | awk 'NR % 5 == 0 || /done/'
+  evaluate "after-$mode" "$out/$mode"
+done
 
-"$build/examples/ws-example-subscriber" "$(cat "$work/address")" --versions "$versions" --timeout-s 60
+"$rl/rl-report" --before "$out/eval-before.json" \
+  --run sync="$out/sync" --eval sync="$out/eval-after-sync.json" \
+  --run async="$out/async" --eval async="$out/eval-after-async.json" \
+  --out "$out/report.json" --plots "$out/plots"
+if command -v gnuplot >/dev/null; then
+  gnuplot -e "dir='$out/plots'" "$root/scripts/rl-plots.gp"
+fi
+"$rl/rl-report" --summarize "$out/report.json"
+echo "demo: [$(elapsed)] done: $out/report.json, $out/plots/learning.png, $out/plots/timeline.png"

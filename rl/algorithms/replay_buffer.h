@@ -29,12 +29,14 @@ namespace algorithms {
 struct TrajectoryGroup {
   std::vector<rollout::Trajectory> trajectories;
   std::uint64_t version_start = 0;  // the policy version the rollouts were sampled with
-  std::uint64_t version_end = 0;    // the newest version the generator held when it sent them
+  std::uint64_t version_end = 0;    // the newest version published when the generator sent them
   std::uint32_t generator = 0;
   std::uint64_t sequence = 0;  // per generator, from 0
   std::uint64_t task_seed = 0;
   std::uint64_t task_index = 0;
   double generation_seconds = 0.0;  // time the generator spent sampling this group
+  double pull_seconds = 0.0;        // the weight pull before this group's rollouts (0: none)
+  std::uint64_t pull_bytes = 0;     // bytes of that pull
 
   std::vector<double> rewards() const;
 };

@@ -224,10 +224,16 @@ zorplex::Result<rollout::Trajectory> decode_trajectory(const json& j, const std:
 std::string encode_group(const algorithms::TrajectoryGroup& group) {
   json trajectories = json::array();
   for (const rollout::Trajectory& t : group.trajectories) trajectories.push_back(encode_trajectory(t));
-  const json j{{"schema", kGroupSchema},           {"generator", group.generator},
-               {"sequence", group.sequence},       {"version_start", group.version_start},
-               {"version_end", group.version_end}, {"task_seed", group.task_seed},
-               {"task_index", group.task_index},   {"generation_seconds", group.generation_seconds},
+  const json j{{"schema", kGroupSchema},
+               {"generator", group.generator},
+               {"sequence", group.sequence},
+               {"version_start", group.version_start},
+               {"version_end", group.version_end},
+               {"task_seed", group.task_seed},
+               {"task_index", group.task_index},
+               {"generation_seconds", group.generation_seconds},
+               {"pull_seconds", group.pull_seconds},
+               {"pull_bytes", group.pull_bytes},
                {"trajectories", trajectories}};
   const std::vector<std::uint8_t> bytes = json::to_msgpack(j);
   return std::string(bytes.begin(), bytes.end());
@@ -255,6 +261,8 @@ zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes
   group.task_seed = r.u64("task_seed");
   group.task_index = r.u64("task_index");
   group.generation_seconds = r.f64("generation_seconds");
+  group.pull_seconds = r.f64("pull_seconds");
+  group.pull_bytes = r.u64("pull_bytes");
   const json* trajectories = r.field("trajectories", json::value_t::array);
   if (!r.error.empty()) return zorplex::Error{r.error};
   if (group.version_end < group.version_start)

@@ -40,6 +40,8 @@ TrajectoryGroup sample_group() {
   group.task_seed = 100000;
   group.task_index = 12;
   group.generation_seconds = 0.25;
+  group.pull_seconds = 0.125;
+  group.pull_bytes = 3569152;
   return group;
 }
 
@@ -73,6 +75,8 @@ TEST_CASE("group codec: a round trip keeps every field the trainer uses", "[rl][
   CHECK(g.task_seed == 100000);
   CHECK(g.task_index == 12);
   CHECK(g.generation_seconds == 0.25);
+  CHECK(g.pull_seconds == 0.125);
+  CHECK(g.pull_bytes == 3569152);
   REQUIRE(g.trajectories.size() == group.trajectories.size());
   for (std::size_t i = 0; i < g.trajectories.size(); ++i) {
     const rollout::Trajectory& a = group.trajectories[i];

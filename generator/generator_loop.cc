@@ -1,0 +1,307 @@
+#include "generator/generator_loop.h"
+
+#include <cstdio>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "algorithms/advantages.h"
+#include "channel/group_channel.h"
+#include "loop/policy_weights.h"
+#include "weightsync/subscriber.h"
+#include "zorplex/tasks.h"
+
+namespace generator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// Longest wait for the pacing allowance before sending anyway (seconds).
+constexpr double kPacingPatience = 10.0;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+GeneratorLoop::GeneratorLoop(GeneratorOptions options, policy::Transformer model, policy::PromptFormat format,
+                             loop::JsonlFile* metrics, loop::JsonlFile* timeline)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      format_(std::move(format)),
+      metrics_(metrics),
+      timeline_(timeline, "generator-" + std::to_string(options_.id)) {}
+
+GeneratorLoop::~GeneratorLoop() = default;
+
+zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
+  const auto deadline = Clock::now() + options_.trainer_timeout;
+  weightsync::SubscriberOptions subscriber_options;
+  subscriber_options.secret = options_.secret;
+  subscriber_options.transport = options_.transport;
+  subscriber_options.client_name = "generator-" + std::to_string(options_.id);
+  std::string last_error;
+  while (!stop.load()) {
+    auto subscriber = weightsync::Subscriber::connect(options_.weights_address, subscriber_options);
+    if (subscriber.ok()) {
+      const std::string mismatch = loop::layout_mismatch(subscriber.value()->layout(), model_.config());
+      if (!mismatch.empty()) return zorplex::Error{mismatch};
+      subscriber_ = std::move(subscriber).value();
+      std::printf("generator %u: connected to the trainer at %s (transport %s)\n", options_.id,
+                  options_.weights_address.c_str(), subscriber_->transport().c_str());
+      std::fflush(stdout);
+      return true;
+    }
+    const weightsync::Status& status = subscriber.status();
+    if (status.action() == weightsync::Action::kFixConfiguration ||
+        status.action() == weightsync::Action::kFixCall) {
+      return zorplex::Error{"cannot connect to the trainer at " + options_.weights_address + ": " +
+                            status.message()};
+    }
+    if (last_error.empty()) {
+      std::printf("generator %u: waiting for the trainer at %s (%s)\n", options_.id,
+                  options_.weights_address.c_str(), status.message().c_str());
+      std::fflush(stdout);
+    }
+    last_error = status.message();
+    if (Clock::now() >= deadline) {
+      return zorplex::Error{"no trainer at " + options_.weights_address + " for " +
+                            std::to_string(options_.trainer_timeout.count()) + " s (last error: " +
+                            last_error + "); start the trainer first or check --trainer"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return false;
+}
+
+zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_newer,
+                                                                  const std::atomic<bool>& stop) {
+  const auto deadline = Clock::now() + options_.trainer_timeout;
+  const double wait_start = loop::wall_clock_seconds();
+  while (!stop.load()) {
+    if (!subscriber_ || !subscriber_->status().ok()) {
+      if (subscriber_) {
+        std::printf("generator %u: lost the trainer (%s); reconnecting\n", options_.id,
+                    subscriber_->status().message().c_str());
+        std::fflush(stdout);
+        subscriber_.reset();
+        ++totals_.reconnects;
+      }
+      auto connected = connect(stop);
+      if (!connected) return connected.error();
+      if (!connected.value()) break;
+    }
+    weightsync::PullOptions pull;
+    // A new connection (held_version() 0) takes whatever the trainer has,
+    // even an older version than ours: a restarted trainer resumes from its
+    // last checkpoint.
+    if (subscriber_->held_version() != 0) pull.newer_than = version_;
+    pull.wait =
+        (wait_for_newer || version_ == 0) ? std::chrono::milliseconds(500) : std::chrono::milliseconds(0);
+    const bool first_on_connection = subscriber_->held_version() == 0;
+    auto pulled = subscriber_->pull(loop::policy_destination(model_), pull);
+    if (pulled.ok()) {
+      const weightsync::PullResult& r = pulled.value();
+      if (first_on_connection) {
+        pace_base_version_ = r.version;
+        pace_sent_groups_ = 0;
+      }
+      version_ = r.version;
+      ++totals_.pulls;
+      const double end = loop::wall_clock_seconds();
+      if (r.wait_seconds > 0.001) timeline_.span("wait", wait_start, end - r.seconds);
+      timeline_.span("pull", end - r.seconds, end, {{"version", r.version}, {"bytes", r.bytes}});
+      if (metrics_ != nullptr) {
+        metrics_->write({{"event", "pull"},
+                         {"generator", options_.id},
+                         {"version", r.version},
+                         {"bytes", r.bytes},
+                         {"seconds", r.seconds},
+                         {"wait_seconds", r.wait_seconds},
+                         {"retries", r.retries},
+                         {"transport", subscriber_->transport()},
+                         {"xxh3", loop::weights_digest(model_)},
+                         {"time", end}});
+      }
+      return Pulled{true, r.seconds, r.bytes};
+    }
+    const weightsync::ErrorCode code = pulled.status().code();
+    const bool nothing_newer =
+        code == weightsync::ErrorCode::kNotReady || code == weightsync::ErrorCode::kTimeout;
+    if (nothing_newer && subscriber_->status().ok()) {
+      if (!wait_for_newer && version_ != 0) return Pulled{};
+      if (Clock::now() >= deadline) {
+        return zorplex::Error{"the trainer published no version after " + std::to_string(version_) + " for " +
+                              std::to_string(options_.trainer_timeout.count()) + " s"};
+      }
+      continue;
+    }
+    if (subscriber_->status().ok()) {
+      return zorplex::Error{"pulling weights failed: " + pulled.status().to_string()};
+    }
+    // Sticky connection error: reconnect at the top of the loop.
+  }
+  return Pulled{};
+}
+
+zorplex::Result<bool> GeneratorLoop::wait_for_allowance(const std::atomic<bool>& stop) {
+  const auto deadline = Clock::now() + options_.trainer_timeout;
+  const double start = loop::wall_clock_seconds();
+  bool waited = false;
+  while (!stop.load() && subscriber_ && subscriber_->status().ok()) {
+    auto latest = subscriber_->latest_version();
+    if (!latest.ok()) break;  // the pull that follows reconnects
+    const std::uint64_t published =
+        latest.value() >= pace_base_version_ ? latest.value() - pace_base_version_ : 0;
+    const std::uint64_t allowed = (published + static_cast<std::uint64_t>(options_.max_ahead_versions)) *
+                                  static_cast<std::uint64_t>(options_.groups_per_version);
+    if (pace_sent_groups_ + static_cast<std::uint64_t>(options_.prompts) <= allowed) break;
+    if (Clock::now() >= deadline) {
+      return zorplex::Error{"the trainer published no version after " + std::to_string(latest.value()) +
+                            " for " + std::to_string(options_.trainer_timeout.count()) + " s"};
+    }
+    // A safety valve: if the trainer publishes nothing for a while it is
+    // short of groups the allowance does not foresee (e.g. stale drops).
+    if (waited && loop::wall_clock_seconds() - start > kPacingPatience) break;
+    waited = true;
+    (void)subscriber_->wait_for_version(latest.value(), std::chrono::milliseconds(500));
+  }
+  if (waited) timeline_.span("wait", start, loop::wall_clock_seconds(), {{"why", "pacing"}});
+  return true;
+}
+
+zorplex::Result<bool> GeneratorLoop::send(const algorithms::TrajectoryGroup& group,
+                                          const std::atomic<bool>& stop) {
+  const auto deadline = Clock::now() + options_.trainer_timeout;
+  while (!stop.load()) {
+    auto sent = sender_->send(group);
+    if (!sent) return zorplex::Error{"sending trajectories: " + sent.error().message};
+    if (sent.value()) return true;
+    if (Clock::now() >= deadline) {
+      return zorplex::Error{"the trainer at " + options_.trajectory_endpoint + " took no trajectories for " +
+                            std::to_string(options_.trainer_timeout.count()) + " s"};
+    }
+  }
+  return false;
+}
+
+zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& stop) {
+  channel::ChannelOptions channel_options;
+  channel_options.secret = options_.secret;
+  auto sender = channel::GroupSender::connect(options_.trajectory_endpoint, channel_options);
+  if (!sender) return sender.error();
+  sender_ = std::move(sender).value();
+
+  const auto run_start = Clock::now();
+  for (std::uint64_t round = 0; !stop.load(); ++round) {
+    if (options_.max_rounds > 0 && round >= static_cast<std::uint64_t>(options_.max_rounds)) break;
+    if (!options_.sync && options_.groups_per_version > 0 && round > 0) {
+      auto allowed = wait_for_allowance(stop);
+      if (!allowed) return allowed.error();
+    }
+    auto pulled = pull_newest(options_.sync || round == 0, stop);
+    if (!pulled) return pulled.error();
+    if (stop.load()) break;
+
+    // Tasks from this generator's own stream; the TaskGenerators own the
+    // toolboxes the requests borrow, so they live until the rollouts end.
+    std::vector<zorplex::TaskGenerator> sources;
+    sources.reserve(static_cast<std::size_t>(options_.prompts));
+    std::vector<std::uint64_t> task_seeds;
+    std::vector<rollout::RolloutRequest> requests;
+    for (int p = 0; p < options_.prompts; ++p) {
+      const std::uint64_t seed = static_cast<std::uint64_t>(options_.task_seed_base) +
+                                 std::uint64_t{options_.id} * 1000000u + next_task_++;
+      task_seeds.push_back(seed);
+      sources.emplace_back(options_.task.kind, options_.task.difficulty, static_cast<std::int64_t>(seed));
+    }
+    for (int p = 0; p < options_.prompts; ++p) {
+      const zorplex::Task task = sources[static_cast<std::size_t>(p)].next();
+      for (int g = 0; g < options_.group_size; ++g) {
+        requests.push_back({task, &sources[static_cast<std::size_t>(p)].tools()});
+      }
+    }
+    rollout::RolloutOptions rollout_options;
+    rollout_options.format = format_;
+    rollout_options.sampling.temperature = options_.temperature;
+    rollout_options.sampling.seed =
+        options_.sampling_seed * 1000003u + std::uint64_t{options_.id} * 7919u + round;
+    rollout::RolloutStats stats;
+    const double generate_start = loop::wall_clock_seconds();
+    const auto generate_clock = Clock::now();
+    auto trajectories = rollout::run_rollouts(model_, requests, rollout_options, &stats);
+    if (!trajectories) return zorplex::Error{"rollouts failed: " + trajectories.error().message};
+    const double generation_seconds = seconds_since(generate_clock);
+    timeline_.span("generate", generate_start, loop::wall_clock_seconds(),
+                   {{"version", version_}, {"trajectories", requests.size()}});
+
+    std::uint64_t latest = version_;
+    if (subscriber_ && subscriber_->status().ok()) {
+      auto newest = subscriber_->latest_version();
+      if (newest.ok() && newest.value() >= version_) latest = newest.value();
+    }
+    double reward_sum = 0.0;
+    int correct = 0;
+    for (const rollout::Trajectory& t : trajectories.value()) {
+      reward_sum += t.score.reward;
+      correct += t.score.correct ? 1 : 0;
+    }
+    const double send_start = loop::wall_clock_seconds();
+    for (int p = 0; p < options_.prompts && !stop.load(); ++p) {
+      algorithms::TrajectoryGroup group;
+      for (int g = 0; g < options_.group_size; ++g) {
+        group.trajectories.push_back(
+            std::move(trajectories.value()[static_cast<std::size_t>(p * options_.group_size + g)]));
+      }
+      group.version_start = version_;
+      group.version_end = latest;
+      group.generator = options_.id;
+      group.sequence = totals_.groups_sent;
+      group.task_seed = task_seeds[static_cast<std::size_t>(p)];
+      group.task_index = 0;
+      group.generation_seconds = generation_seconds / options_.prompts;
+      if (p == 0 && pulled.value().pulled) {
+        group.pull_seconds = pulled.value().seconds;
+        group.pull_bytes = pulled.value().bytes;
+      }
+      auto sent = send(group, stop);
+      if (!sent) return sent.error();
+      if (!sent.value()) break;
+      ++totals_.groups_sent;
+      // The trainer drops groups whose rewards are all equal: they do not
+      // use up the allowance, or the trainer would wait for groups the
+      // pacing withholds.
+      if (!algorithms::zero_variance(group.rewards())) ++pace_sent_groups_;
+    }
+    const double send_end = loop::wall_clock_seconds();
+    if (send_end - send_start > 0.01) timeline_.span("send", send_start, send_end);
+    ++totals_.rounds;
+    totals_.trajectories += requests.size();
+    totals_.tokens += stats.generated_tokens;
+    const double n = static_cast<double>(requests.size());
+    if (metrics_ != nullptr) {
+      metrics_->write({{"event", "round"},
+                       {"generator", options_.id},
+                       {"round", round},
+                       {"version", version_},
+                       {"trajectories", requests.size()},
+                       {"tokens", stats.generated_tokens},
+                       {"generation_seconds", generation_seconds},
+                       {"tokens_per_second", stats.generated_tokens / std::max(generation_seconds, 1e-9)},
+                       {"reward_mean", reward_sum / n},
+                       {"correct_rate", correct / n},
+                       {"send_seconds", send_end - send_start},
+                       {"time", send_end}});
+    }
+    std::printf(
+        "generator %u: round %llu  version %llu  %zu episodes  reward %.3f  correct %.2f  %.0f tok/s  "
+        "elapsed %.0fs\n",
+        options_.id, static_cast<unsigned long long>(round), static_cast<unsigned long long>(version_),
+        requests.size(), reward_sum / n, correct / n,
+        stats.generated_tokens / std::max(generation_seconds, 1e-9), seconds_since(run_start));
+    std::fflush(stdout);
+  }
+  return totals_;
+}
+
+}  // namespace generator

@@ -1,0 +1,121 @@
+// generator/generator_loop.h: one generator process's work: pull the newest
+// policy version straight into the model's parameter buffer, roll out
+// Zorplex episodes with it, and send them to the trainer as groups.
+//
+// Contract
+// - A round: (1) pull the newest version if it is newer than the one held
+//   (sync mode, and before the first round: wait for one); (2) draw
+//   `prompts` tasks from this generator's own seeded stream (task seed
+//   task_seed_base + id * 1,000,000 + n) and sample `group_size` episodes of
+//   each at `temperature`; (3) send one TrajectoryGroup per prompt, tagged
+//   with the version it was sampled with (version_start), the newest version
+//   published when it is sent (version_end), and the pull that preceded it.
+//   The parameters change only in (1), between rounds: a group never mixes
+//   versions.
+// - Faults: a lost trainer (the Subscriber's sticky error) is answered by
+//   connecting again, for up to trainer_timeout; a new connection takes the
+//   newest version the (restarted) trainer offers. Sending waits while the
+//   trainer's queue is full (backpressure). Waiting longer than
+//   trainer_timeout for the trainer in any of these ends run() with an
+//   Error that says so.
+// - Async pacing (groups_per_version > 0): see GeneratorOptions; it keeps
+//   the trainer's queue, hence the staleness of what it trains on, short.
+// - stop (set from a signal handler) is checked between every blocking step;
+//   run() then returns promptly (within about a second plus the rollout in
+//   progress).
+// - Threads: run() on one thread; the model uses torch's intra-op threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "algorithms/replay_buffer.h"
+#include "loop/run_log.h"
+#include "policy/transformer.h"
+#include "rollout/demonstrations.h"
+#include "rollout/rollout.h"
+#include "zorplex/result.h"
+
+namespace weightsync {
+class Subscriber;
+}
+namespace channel {
+class GroupSender;
+}
+
+namespace generator {
+
+struct GeneratorOptions {
+  std::string weights_address;      // the trainer's Publisher, host:port
+  std::string trajectory_endpoint;  // the trainer's GroupReceiver, tcp://host:port
+  std::string secret;
+  std::uint32_t id = 0;
+  bool sync = false;
+  int prompts = 4;     // prompts per round
+  int group_size = 8;  // episodes per prompt (G)
+  double temperature = 0.7;
+  rollout::TaskMix task;
+  std::int64_t task_seed_base = 200000;
+  std::uint64_t sampling_seed = 1;
+  int max_rounds = 0;  // 0: until stopped
+  // async pacing (AReaL's staleness control at the source): this
+  // generator's share of the groups of one trainer step; it starts a round
+  // only while the groups it sent since it connected fit in
+  // (versions published since + max_ahead_versions) * groups_per_version,
+  // and otherwise waits for the next version (at most 10 s: a safety valve).
+  // Groups the trainer will drop for zero variance do not count. 0: no pacing.
+  int groups_per_version = 0;
+  int max_ahead_versions = 2;
+  std::chrono::seconds trainer_timeout{60};
+  std::string transport = "auto";
+};
+
+struct GeneratorTotals {
+  std::uint64_t rounds = 0;
+  std::uint64_t groups_sent = 0;
+  std::uint64_t trajectories = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t pulls = 0;
+  std::uint64_t reconnects = 0;
+};
+
+class GeneratorLoop {
+ public:
+  // model: built from the starting checkpoint (its config and prompt format);
+  // its buffer is overwritten by every pull. metrics/timeline may be null.
+  GeneratorLoop(GeneratorOptions options, policy::Transformer model, policy::PromptFormat format,
+                loop::JsonlFile* metrics, loop::JsonlFile* timeline);
+  ~GeneratorLoop();
+
+  zorplex::Result<GeneratorTotals> run(const std::atomic<bool>& stop);
+
+ private:
+  struct Pulled {
+    bool pulled = false;
+    double seconds = 0.0;
+    std::uint64_t bytes = 0;
+  };
+  zorplex::Result<bool> connect(const std::atomic<bool>& stop);
+  zorplex::Result<Pulled> pull_newest(bool wait_for_newer, const std::atomic<bool>& stop);
+  // Async pacing: waits until the next round fits the allowance.
+  zorplex::Result<bool> wait_for_allowance(const std::atomic<bool>& stop);
+  zorplex::Result<bool> send(const algorithms::TrajectoryGroup& group, const std::atomic<bool>& stop);
+
+  GeneratorOptions options_;
+  policy::Transformer model_;
+  policy::PromptFormat format_;
+  loop::JsonlFile* metrics_;
+  loop::Timeline timeline_;
+  std::unique_ptr<weightsync::Subscriber> subscriber_;
+  std::unique_ptr<channel::GroupSender> sender_;
+  std::uint64_t version_ = 0;  // the version in the model's buffer; 0 before the first pull
+  std::uint64_t next_task_ = 0;
+  std::uint64_t pace_base_version_ = 0;  // first version pulled on this connection
+  std::uint64_t pace_sent_groups_ = 0;   // groups sent on this connection
+  GeneratorTotals totals_;
+};
+
+}  // namespace generator

@@ -1,0 +1,140 @@
+// generator: one RL rollout worker. Pulls the trainer's newest policy version
+// through libweightsync straight into its parameter buffer, rolls out Zorplex
+// episodes with it, and sends them to the trainer (ZeroMQ, see
+// docs/rl_protocol.md).
+//
+//   generator --trainer HOST:PORT --trajectories tcp://HOST:PORT --checkpoint FILE
+//             [--id K] [--mode sync|async] [--prompts P] [--group-size G] ...
+//
+// --checkpoint is the trainer's starting policy file: it gives the model's
+// shape and prompt format (its weights are replaced by the first pull).
+// Exit codes: 0 stopped (signal or --rounds reached), 1 a failure (lost
+// trainer past --trainer-timeout, bad checkpoint, ...), 2 bad usage.
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "generator/generator_loop.h"
+#include "loop/rl_checkpoint.h"
+#include "loop/run_log.h"
+#include "policy/cpu_threads.h"
+#include "policy/safetensors.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) {
+  g_stop.store(true);
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "generator: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  generator::GeneratorOptions options;
+  std::string checkpoint;
+  std::string out_dir;
+  std::string mode = "async";
+  std::string task = "compositional:easy";
+  int threads = 1;
+  int trainer_timeout_s = 60;
+  CLI::App app{
+      "RL rollout worker: pulls the trainer's newest policy through libweightsync, rolls out Zorplex "
+      "episodes "
+      "and sends them to the trainer. Started by scripts/rl-run.sh; see docs/rl_loop.md."};
+  app.add_option("--trainer", options.weights_address, "The trainer's weight publisher, host:port")
+      ->required();
+  app.add_option("--trajectories", options.trajectory_endpoint,
+                 "The trainer's trajectory endpoint, tcp://host:port")
+      ->required();
+  app.add_option(
+         "--checkpoint", checkpoint,
+         "The trainer's starting policy (a .safetensors file or a checkpoint folder): model shape and "
+         "prompt format")
+      ->required();
+  app.add_option("--id", options.id, "This generator's number (task stream and logs)");
+  app.add_option("--mode", mode, "sync: wait for a new version after every round; async: never wait")
+      ->check(CLI::IsMember({"sync", "async"}));
+  app.add_option("--prompts", options.prompts, "Prompts per round")->check(CLI::Range(1, 256));
+  app.add_option("--group-size", options.group_size, "Episodes per prompt (G)")->check(CLI::Range(1, 256));
+  app.add_option("--temperature", options.temperature, "Sampling temperature (the trainer must use the same)")
+      ->check(CLI::Range(0.05, 5.0));
+  app.add_option("--task", task, "Task kind[:difficulty]");
+  app.add_option("--task-seed-base", options.task_seed_base,
+                 "Task seeds are base + id * 1000000 + n (keep them away from SFT and evaluation seeds)");
+  app.add_option("--seed", options.sampling_seed, "Sampling seed");
+  app.add_option("--groups-per-version", options.groups_per_version,
+                 "async pacing: this generator's share of the groups of one trainer step (0: no pacing)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-ahead", options.max_ahead_versions,
+                 "async pacing: how many trainer steps' worth of groups it may send ahead")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--rounds", options.max_rounds, "Stop after this many rounds (0: run until stopped)");
+  app.add_option("--trainer-timeout", trainer_timeout_s,
+                 "Seconds to wait for an absent, restarting or stalled trainer before giving up")
+      ->check(CLI::Range(1, 86400));
+  app.add_option("--transport", options.transport, "Weight transport: auto, ucx, shm, tcp, verbs");
+  app.add_option("--out", out_dir, "Folder for generator-K.jsonl (metrics) and timeline-generator-K.jsonl");
+  app.add_option("--threads", threads, "Torch CPU threads")->check(CLI::Range(1, 256));
+  CLI11_PARSE(app, argc, argv);
+  options.sync = mode == "sync";
+  options.trainer_timeout = std::chrono::seconds(trainer_timeout_s);
+  if (const char* secret = std::getenv("WEIGHTSYNC_SECRET")) options.secret = secret;
+  auto mix = rollout::parse_task_mix(task);
+  if (!mix) {
+    std::fprintf(stderr, "generator: --task: %s\n", mix.error().message.c_str());
+    return 2;
+  }
+  options.task = mix.value();
+
+  policy::configure_cpu_threads(threads);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  std::string policy_path = checkpoint;
+  if (std::filesystem::is_directory(checkpoint)) policy_path = loop::rl_policy_file(checkpoint);
+  auto contents = policy::read_safetensors(policy_path);
+  if (!contents) return fail(contents.error().message);
+  auto format = loop::prompt_format_of(contents.value().metadata);
+  if (!format) return fail(policy_path + ": " + format.error().message);
+  auto model = policy::load_model(policy_path);
+  if (!model) return fail(policy_path + ": " + model.error().message);
+
+  std::unique_ptr<loop::JsonlFile> metrics;
+  std::unique_ptr<loop::JsonlFile> timeline;
+  if (!out_dir.empty()) {
+    std::filesystem::create_directories(out_dir);
+    const std::string name = "generator-" + std::to_string(options.id);
+    auto m = loop::JsonlFile::open(out_dir + "/" + name + ".jsonl", true);
+    if (!m) return fail(m.error().message);
+    metrics = std::move(m).value();
+    auto t = loop::JsonlFile::open(out_dir + "/timeline-" + name + ".jsonl", true);
+    if (!t) return fail(t.error().message);
+    timeline = std::move(t).value();
+  }
+
+  generator::GeneratorLoop loop_(options, std::move(model).value(), format.value(), metrics.get(),
+                                 timeline.get());
+  auto totals = loop_.run(g_stop);
+  if (!totals) return fail(totals.error().message);
+  std::printf("generator %u: stopped after %llu rounds, %llu groups sent, %llu pulls, %llu reconnects\n",
+              options.id, static_cast<unsigned long long>(totals.value().rounds),
+              static_cast<unsigned long long>(totals.value().groups_sent),
+              static_cast<unsigned long long>(totals.value().pulls),
+              static_cast<unsigned long long>(totals.value().reconnects));
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "generator: %s\n", e.what());
+  return 1;
+}

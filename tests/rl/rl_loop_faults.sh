@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# ctest helper: the RL loop's fault handling with real processes.
+#  1. A trainer (async, checkpoint every 2 steps) and two generators.
+#  2. Generator 1 is killed (SIGKILL) mid-run: the trainer keeps training on
+#     generator 0's trajectories.
+#  3. The trainer is killed (SIGKILL) and restarted with --resume on the same
+#     ports: it continues from its checkpoint's step and version, and
+#     generator 0, which survived, reconnects and carries on; the resumed
+#     run finishes.
+# Usage: rl_loop_faults.sh BUILD_DIR WORKDIR
+set -euo pipefail
+build="$1" work="$2"
+rm -rf "$work" && mkdir -p "$work"
+export OPENBLAS_NUM_THREADS=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+steps_logged() { grep -c '"event":"step"' "$work/run/trainer.jsonl" 2>/dev/null || true; }
+wait_for_steps() {  # wait_for_steps N SECONDS
+  for _ in $(seq 1 $(($2 * 10))); do [ "$(steps_logged)" -ge "$1" ] && return 0; sleep 0.1; done
+  fail "the trainer did not reach $1 logged steps within $2 s (has $(steps_logged)): $(tail -n 3 "$work/trainer.log")"
+}
+
+"$build/rl/zorplex-sft" --out "$work/start" --d-model 32 --layers 1 --heads 2 --d-ff 64 --max-seq-len 384 \
+  --batch 4 --steps 2 >"$work/sft.log"
+trainer_args=(--start "$work/start" --out "$work/run" --mode async --batch-groups 2 --keep-zero-variance
+              --checkpoint-every 2 --idle-timeout 60 --threads 1 --address-file "$work/address.json")
+
+"$build/bin/trainer" "${trainer_args[@]}" --steps 200 >"$work/trainer.log" 2>&1 &
+trainer=$!
+pids+=("$trainer")
+for _ in $(seq 1 300); do [ -s "$work/address.json" ] && break; sleep 0.1; done
+[ -s "$work/address.json" ] || fail "the trainer wrote no address file"
+weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$work/address.json")
+trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$work/address.json")
+for id in 0 1; do
+  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id "$id" \
+    --mode async --prompts 1 --group-size 3 --groups-per-version 1 --trainer-timeout 60 --threads 1 \
+    --out "$work/run" >"$work/generator-$id.log" 2>&1 &
+  pids+=($!)
+done
+generator1=${pids[2]}
+
+wait_for_steps 3 90
+kill -9 "$generator1"
+after_kill=$(steps_logged)
+wait_for_steps $((after_kill + 4)) 90
+kill -0 "$trainer" 2>/dev/null || fail "the trainer died with generator 1"
+
+# Kill the trainer right after a checkpoint and restart it on the same ports.
+kill -9 "$trainer"
+wait "$trainer" 2>/dev/null || true
+checkpoint_step=$(head -c 65536 "$work/run/policy.safetensors" | LC_ALL=C grep -ao '"rl.step":"[0-9]*"' | tr -dc '0-9')
+[ -n "$checkpoint_step" ] && [ "$checkpoint_step" -ge 2 ] || fail "no checkpoint step in policy.safetensors"
+weights_port=${weights##*:}
+trajectory_port=${trajectories##*:}
+"$build/bin/trainer" "${trainer_args[@]}" --resume --steps $((checkpoint_step + 4)) --weights-port "$weights_port" \
+  --trajectory-port "$trajectory_port" >"$work/trainer-resumed.log" 2>&1 &
+resumed=$!
+pids+=("$resumed")
+status=0
+wait "$resumed" || status=$?
+[ "$status" -eq 0 ] || fail "the resumed trainer failed ($status): $(tail -n 5 "$work/trainer-resumed.log")"
+grep -q "resuming from $work/run at step $checkpoint_step" "$work/trainer-resumed.log" || fail "did not resume at step $checkpoint_step"
+grep -q "done after $((checkpoint_step + 4)) steps" "$work/trainer-resumed.log" || fail "the resumed run did not finish"
+grep -q "generator 0: lost the trainer" "$work/generator-0.log" || fail "generator 0 did not notice the restart"
+grep -q "generator 0: connected to the trainer" "$work/generator-0.log" || fail "generator 0 never connected"
+[ "$(grep -c 'generator 0: connected to the trainer' "$work/generator-0.log")" -ge 2 ] || fail "generator 0 did not reconnect"
+echo "rl loop faults: ok"

@@ -1,0 +1,323 @@
+#include "trainer/trainer_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "channel/group_channel.h"
+#include "loop/policy_weights.h"
+#include "rollout/eval_summary.h"
+#include "weightsync/publisher.h"
+
+namespace trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double steady_seconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+TrainerLoop::TrainerLoop(TrainerOptions options, policy::Transformer model, policy::Metadata carried)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      carried_(std::move(carried)),
+      updater_(model_, options_.update),
+      buffer_(options_.replay),
+      live_generators_(options_.generators) {}
+
+TrainerLoop::~TrainerLoop() = default;
+
+zorplex::Result<bool> TrainerLoop::resume(const std::string& dir, const loop::RlProgress& progress) {
+  auto restored = loop::restore_rl_optimizer(dir, updater_, progress);
+  if (!restored) return restored.error();
+  version_ = progress.version;
+  step_ = progress.step;
+  return true;
+}
+
+zorplex::Result<bool> TrainerLoop::start() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.out_dir, ec);
+  if (ec) return zorplex::Error{"cannot create " + options_.out_dir + ": " + ec.message()};
+  const bool append = step_ > 0;
+  auto metrics = loop::JsonlFile::open(options_.out_dir + "/trainer.jsonl", append);
+  if (!metrics) return metrics.error();
+  metrics_ = std::move(metrics).value();
+  auto timeline = loop::JsonlFile::open(options_.out_dir + "/timeline-trainer.jsonl", append);
+  if (!timeline) return timeline.error();
+  timeline_file_ = std::move(timeline).value();
+  timeline_ = loop::Timeline(timeline_file_.get(), "trainer");
+
+  auto layout = loop::policy_weight_layout(model_.config());
+  if (!layout) return layout.error();
+  auto publisher = weightsync::Publisher::create(std::move(layout).value(), options_.publisher);
+  if (!publisher.ok())
+    return zorplex::Error{"cannot start the weight publisher: " + publisher.status().message()};
+  publisher_ = std::move(publisher).value();
+  weights_address_ = publisher_->address();
+
+  channel::ChannelOptions channel_options;
+  channel_options.secret = options_.secret;
+  auto receiver = channel::GroupReceiver::bind(options_.trajectory_endpoint, channel_options);
+  if (!receiver) return zorplex::Error{"cannot bind the trajectory endpoint: " + receiver.error().message};
+  receiver_ = std::move(receiver).value();
+  trajectory_endpoint_ = receiver_->endpoint();
+
+  auto published = publish();
+  if (!published) return published.error();
+  return write_address_file();
+}
+
+zorplex::Result<bool> TrainerLoop::write_address_file() const {
+  if (options_.address_file.empty()) return true;
+  const nlohmann::json address{
+      {"weights", weights_address_}, {"trajectories", trajectory_endpoint_}, {"version", version_}};
+  const std::string temporary = options_.address_file + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << address.dump() << "\n";
+    if (!out) return zorplex::Error{"cannot write " + temporary};
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, options_.address_file, ec);
+  if (ec) return zorplex::Error{"cannot write " + options_.address_file + ": " + ec.message()};
+  return true;
+}
+
+zorplex::Result<bool> TrainerLoop::publish() {
+  const double start = loop::wall_clock_seconds();
+  auto published = loop::publish_policy(*publisher_, version_, model_);
+  if (!published) return published.error();
+  const double end = loop::wall_clock_seconds();
+  timeline_.span("publish", start, end, {{"version", version_}});
+  metrics_->write({{"event", "publish"},
+                   {"version", version_},
+                   {"bytes", publisher_->layout().payload_bytes()},
+                   {"seconds", end - start},
+                   {"xxh3", loop::weights_digest(model_)},
+                   {"time", end}});
+  return true;
+}
+
+zorplex::Result<bool> TrainerLoop::checkpoint() {
+  const double start = loop::wall_clock_seconds();
+  auto saved = loop::save_rl_checkpoint(options_.out_dir, model_, updater_, {version_, step_},
+                                        options_.options_json, carried_);
+  if (!saved) return zorplex::Error{"checkpoint: " + saved.error().message};
+  timeline_.span("checkpoint", start, loop::wall_clock_seconds(), {{"version", version_}});
+  return true;
+}
+
+TrainerLoop::Arrival TrainerLoop::receive_one(bool sync) {
+  auto message = receiver_->receive(std::chrono::milliseconds(200));
+  if (!message) return {};
+  if (!*message) {
+    ++rejected_messages_;
+    std::fprintf(stderr, "trainer: rejected a trajectory message: %s\n", message->error().message.c_str());
+    return {};
+  }
+  algorithms::TrajectoryGroup group = std::move(*message).value();
+  last_arrival_ = steady_seconds();
+  if (group.pull_bytes > 0) {
+    pulls_.push_back({{"generator", group.generator},
+                      {"version", group.version_start},
+                      {"seconds", group.pull_seconds},
+                      {"bytes", group.pull_bytes}});
+  }
+  // Sampled with a version this trainer never published (from before a
+  // restart), or in sync mode with any version but the current one.
+  if (group.version_start > version_ || (sync && group.version_start != version_)) {
+    ++dropped_off_version_;
+    return {};
+  }
+  const std::uint32_t generator = group.generator;
+  buffer_.add(std::move(group));
+  return {true, generator};
+}
+
+zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_round(
+    const std::atomic<bool>& stop) {
+  const double round_start = steady_seconds();
+  double first_arrival = 0.0;
+  std::set<std::uint32_t> delivered;
+  std::uint64_t round_groups = 0;
+  while (!stop.load()) {
+    const std::uint64_t target = static_cast<std::uint64_t>(std::max(live_generators_, 1)) *
+                                 static_cast<std::uint64_t>(options_.prompts_per_round);
+    if (round_groups >= target) break;
+    const double now = steady_seconds();
+    // Generators of one round run in parallel: one that has not delivered
+    // well after the first is gone or stuck.
+    if (round_groups > 0 &&
+        now > first_arrival + std::max(options_.round_timeout_s, first_arrival - round_start)) {
+      std::printf(
+          "trainer: %zu of %d generators delivered version %llu's round in time; training on %llu groups\n",
+          delivered.size(), live_generators_, static_cast<unsigned long long>(version_),
+          static_cast<unsigned long long>(round_groups));
+      std::fflush(stdout);
+      live_generators_ = static_cast<int>(delivered.size());
+      break;
+    }
+    if (round_groups == 0 && now - round_start > options_.idle_timeout_s) {
+      return zorplex::Error{"no trajectories of version " + std::to_string(version_) + " for " +
+                            std::to_string(static_cast<int>(options_.idle_timeout_s)) +
+                            " s: are the generators running (scripts/rl-run.sh starts them)?"};
+    }
+    const Arrival arrival = receive_one(true);
+    if (!arrival.group) continue;
+    if (round_groups == 0) first_arrival = steady_seconds();
+    ++round_groups;
+    delivered.insert(arrival.generator);
+    // A generator that was left out (or restarted) is counted back in.
+    live_generators_ = std::max(live_generators_, static_cast<int>(delivered.size()));
+  }
+  return buffer_.take(std::numeric_limits<std::size_t>::max(), version_);
+}
+
+zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_batch(
+    const std::atomic<bool>& stop) {
+  std::vector<algorithms::TrajectoryGroup> batch;
+  last_arrival_ = std::max(last_arrival_, steady_seconds() - 1.0);
+  const std::size_t want = static_cast<std::size_t>(options_.batch_groups);
+  while (!stop.load()) {
+    for (algorithms::TrajectoryGroup& g : buffer_.take(want - batch.size(), version_))
+      batch.push_back(std::move(g));
+    if (batch.size() >= want) break;
+    if (steady_seconds() - last_arrival_ > options_.idle_timeout_s) {
+      return zorplex::Error{"no trajectories for " +
+                            std::to_string(static_cast<int>(options_.idle_timeout_s)) +
+                            " s: are the generators running (scripts/rl-run.sh starts them)?"};
+    }
+    (void)receive_one(false);
+  }
+  return batch;
+}
+
+}  // namespace trainer
+
+namespace trainer {
+
+zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) {
+  TrainerSummary summary;
+  const double run_start = steady_seconds();
+  while (step_ < options_.steps && !stop.load()) {
+    const double step_start = steady_seconds();
+    const double wait_start = loop::wall_clock_seconds();
+    auto collected = options_.sync ? collect_round(stop) : collect_batch(stop);
+    if (!collected) {
+      (void)checkpoint();
+      return collected.error();
+    }
+    if (stop.load()) break;
+    std::vector<algorithms::TrajectoryGroup> groups = std::move(collected).value();
+    const double train_start = loop::wall_clock_seconds();
+    timeline_.span("wait", wait_start, train_start, {{"version", version_}});
+
+    std::vector<rollout::Trajectory> used;
+    double staleness_sum = 0.0;
+    std::uint64_t staleness_max = 0;
+    for (const algorithms::TrajectoryGroup& g : groups) {
+      const std::uint64_t staleness = version_ - g.version_start;
+      staleness_max = std::max(staleness_max, staleness);
+      staleness_sum += static_cast<double>(staleness * g.trajectories.size());
+      used.insert(used.end(), g.trajectories.begin(), g.trajectories.end());
+    }
+    training::RlUpdateReport report;
+    report.applied = false;
+    if (!groups.empty()) {
+      auto updated = updater_.update(groups);
+      if (!updated) {
+        (void)checkpoint();
+        return zorplex::Error{"policy update at step " + std::to_string(step_ + 1) + ": " +
+                              updated.error().message};
+      }
+      report = updated.value();
+    } else {
+      std::printf("trainer: no usable group for version %llu (all zero-variance); publishing it unchanged\n",
+                  static_cast<unsigned long long>(version_));
+    }
+    const double train_end = loop::wall_clock_seconds();
+    timeline_.span("train", train_start, train_end, {{"version", version_}, {"trajectories", used.size()}});
+    const std::uint64_t trained_version = version_;
+    ++version_;
+    ++step_;
+    auto published = publish();
+    if (!published) return published.error();
+    const double publish_end = loop::wall_clock_seconds();
+
+    const double step_seconds = steady_seconds() - step_start;
+    trajectories_trained_ += used.size();
+    const rollout::EvalSummary outcome = rollout::summarize(used, 0, 0.0);
+    const algorithms::ReplayCounters& counters = buffer_.counters();
+    const double n = std::max<double>(1.0, static_cast<double>(used.size()));
+    metrics_->write({{"event", "step"},
+                     {"step", step_},
+                     {"version", version_},
+                     {"trained_on_version", trained_version},
+                     {"mode", options_.sync ? "sync" : "async"},
+                     {"algorithm", options_.algorithm},
+                     {"applied", report.applied},
+                     {"loss", report.loss},
+                     {"grad_norm", report.grad_norm},
+                     {"groups", groups.size()},
+                     {"trajectories", used.size()},
+                     {"tokens", report.tokens},
+                     {"reward_mean", report.reward_mean},
+                     {"reward_std", report.reward_std},
+                     {"correct_rate", report.correct_rate},
+                     {"format_rate", report.format_rate},
+                     {"failure_modes", outcome.failure_modes},
+                     {"clipped_fraction", report.clipped_fraction},
+                     {"mean_ratio", report.mean_ratio},
+                     {"mean_behaviour_weight", report.mean_behaviour_weight},
+                     {"staleness_mean", staleness_sum / n},
+                     {"staleness_max", staleness_max},
+                     {"dropped",
+                      {{"zero_variance_groups", counters.groups_dropped_zero_variance},
+                       {"stale_groups", counters.groups_dropped_stale},
+                       {"overflow_groups", counters.groups_dropped_overflow},
+                       {"off_version_groups", dropped_off_version_},
+                       {"rejected_messages", rejected_messages_}}},
+                     {"groups_received", counters.groups_received + dropped_off_version_},
+                     {"trajectories_per_second", static_cast<double>(used.size()) / step_seconds},
+                     {"tokens_per_second", static_cast<double>(report.tokens) / step_seconds},
+                     {"wait_seconds", train_start - wait_start},
+                     {"train_seconds", train_end - train_start},
+                     {"publish_seconds", publish_end - train_end},
+                     {"step_seconds", step_seconds},
+                     {"pulls", pulls_},
+                     {"live_generators", live_generators_},
+                     {"time", publish_end}});
+    pulls_.clear();
+    std::printf(
+        "trainer: step %3d/%d  version %llu  groups %zu  reward %.3f  correct %.2f  loss %+.4f  "
+        "staleness %.1f/%llu  wait %.1fs train %.1fs  elapsed %.0fs\n",
+        step_, options_.steps, static_cast<unsigned long long>(version_), groups.size(), report.reward_mean,
+        report.correct_rate, report.loss, staleness_sum / n, static_cast<unsigned long long>(staleness_max),
+        train_start - wait_start, train_end - train_start, steady_seconds() - run_start);
+    std::fflush(stdout);
+    if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && step_ < options_.steps) {
+      auto saved = checkpoint();
+      if (!saved) return saved.error();
+    }
+  }
+  auto saved = checkpoint();
+  if (!saved) return saved.error();
+  summary.steps = step_;
+  summary.version = version_;
+  summary.trajectories_trained = trajectories_trained_;
+  summary.trajectories_received = buffer_.counters().trajectories_received;
+  summary.wall_seconds = steady_seconds() - run_start;
+  summary.stopped = stop.load();
+  return summary;
+}
+
+}  // namespace trainer

@@ -1,0 +1,136 @@
+// trainer/trainer_loop.h: the RL trainer's loop: collect trajectory groups
+// from the generators, take a policy-gradient step, publish the new version
+// through libweightsync, log, checkpoint.
+//
+// Contract
+// - start(): creates the Publisher over the policy's layout (one slot per
+//   version, 3 slots) and the trajectory receiver, publishes the starting
+//   weights as the starting version (1 for a fresh run, the checkpoint's
+//   version on resume) and writes the address file (JSON: "weights",
+//   "trajectories", "version"; temporary file + rename).
+// - run(): for every step up to options.steps:
+//   * sync: waits for the round of the current version, i.e. prompts_per_round
+//     groups from each live generator; a generator that has not delivered
+//     round_timeout_s after the first group of the round arrived is left out
+//     (and counted back in when it delivers again). Trains on every usable
+//     group of the round.
+//   * async: takes batch_groups usable groups from the replay buffer,
+//     waiting for more as needed (over-sampling past zero-variance drops).
+//   Groups sampled with a version newer than the current one (from before a
+//   trainer restart) or, in sync, with any other version are dropped and
+//   counted; the replay buffer drops stale and zero-variance groups and
+//   counts them. Then one RlUpdater step, version + 1, publish, one metrics
+//   line (trainer.jsonl) and timeline spans. Versions only increase.
+// - Checkpoints (loop/rl_checkpoint.h) every checkpoint_every steps, at the
+//   end and when stopped; resume() continues from one.
+// - Errors: no trajectory for idle_timeout_s, a failed update or publish,
+//   or a failed checkpoint end run() with an Error (after trying to save).
+// - Threads: one thread; the Publisher serves pulls on its own threads
+//   while this one trains.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/replay_buffer.h"
+#include "loop/rl_checkpoint.h"
+#include "loop/run_log.h"
+#include "policy/transformer.h"
+#include "training/rl_update.h"
+#include "weightsync/options.h"
+#include "zorplex/result.h"
+
+namespace weightsync {
+class Publisher;
+}
+namespace channel {
+class GroupReceiver;
+}
+
+namespace trainer {
+
+struct TrainerOptions {
+  bool sync = false;
+  int steps = 30;
+  int generators = 2;         // sync: generators expected per round
+  int prompts_per_round = 4;  // sync: groups each generator sends per round
+  int batch_groups = 8;       // async: groups per optimizer step
+  double round_timeout_s = 15.0;
+  double idle_timeout_s = 120.0;
+  algorithms::ReplayOptions replay;
+  training::RlUpdateOptions update;
+  std::string algorithm = "grpo";  // for the record
+  int checkpoint_every = 10;
+  std::string out_dir;  // checkpoint, trainer.jsonl, timeline-trainer.jsonl
+  weightsync::PublisherOptions publisher;
+  std::string trajectory_endpoint = "tcp://127.0.0.1:*";
+  std::string secret;
+  std::string address_file;  // "" : none
+  std::string options_json;  // the command line's settings, stored in checkpoints
+};
+
+struct TrainerSummary {
+  int steps = 0;
+  std::uint64_t version = 0;
+  std::uint64_t trajectories_trained = 0;
+  std::uint64_t trajectories_received = 0;
+  double wall_seconds = 0.0;
+  bool stopped = false;  // by a signal
+};
+
+class TrainerLoop {
+ public:
+  // model: the starting policy; carried: its checkpoint metadata (prompt
+  // format, SFT options) to keep in RL checkpoints.
+  TrainerLoop(TrainerOptions options, policy::Transformer model, policy::Metadata carried);
+  ~TrainerLoop();
+
+  // Continue from an RL checkpoint already loaded into the model.
+  zorplex::Result<bool> resume(const std::string& dir, const loop::RlProgress& progress);
+  zorplex::Result<bool> start();
+  zorplex::Result<TrainerSummary> run(const std::atomic<bool>& stop);
+
+  const std::string& weights_address() const { return weights_address_; }
+  const std::string& trajectory_endpoint() const { return trajectory_endpoint_; }
+
+ private:
+  zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_round(const std::atomic<bool>& stop);
+  zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_batch(const std::atomic<bool>& stop);
+  // What receive_one() got.
+  struct Arrival {
+    bool group = false;  // a group of an acceptable version arrived (queued or zero-variance)
+    std::uint32_t generator = 0;
+  };
+  // Receives one message (waits up to 200 ms).
+  Arrival receive_one(bool sync);
+  zorplex::Result<bool> publish();
+  zorplex::Result<bool> checkpoint();
+  zorplex::Result<bool> write_address_file() const;
+
+  TrainerOptions options_;
+  policy::Transformer model_;
+  policy::Metadata carried_;
+  training::RlUpdater updater_;
+  algorithms::ReplayBuffer buffer_;
+  std::unique_ptr<weightsync::Publisher> publisher_;
+  std::unique_ptr<channel::GroupReceiver> receiver_;
+  std::unique_ptr<loop::JsonlFile> metrics_;
+  std::unique_ptr<loop::JsonlFile> timeline_file_;
+  loop::Timeline timeline_{nullptr, "trainer"};
+  std::string weights_address_;
+  std::string trajectory_endpoint_;
+  std::uint64_t version_ = 1;
+  int step_ = 0;
+  int live_generators_ = 0;
+  std::uint64_t dropped_off_version_ = 0;
+  std::uint64_t rejected_messages_ = 0;
+  double last_arrival_ = 0.0;  // steady seconds
+  // Per-generator pull reports seen since the last step.
+  std::vector<nlohmann::json> pulls_;
+  std::uint64_t trajectories_trained_ = 0;
+};
+
+}  // namespace trainer

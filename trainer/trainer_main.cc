@@ -1,0 +1,197 @@
+// trainer: the RL trainer. Improves the Zorplex policy with REINFORCE, GRPO or
+// AReaL's decoupled PPO on trajectories from generator processes, and
+// publishes every new version through libweightsync.
+//
+//   trainer --start DIR --out DIR [--mode sync|async] [--steps N] [--algorithm grpo|reinforce|decoupled] ...
+//   trainer --start DIR --out DIR --resume ...      continue from DIR's checkpoint
+//
+// --start is the SFT checkpoint folder; when it has no policy yet the trainer
+// runs the SFT warm start into it first. Generators connect to the addresses
+// written to --address-file (scripts/rl-run.sh does all of this).
+// Exit codes: 0 done, 1 a failure, 2 bad usage, 130 stopped by a signal
+// (after checkpointing).
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "loop/rl_checkpoint.h"
+#include "policy/cpu_threads.h"
+#include "policy/safetensors.h"
+#include "trainer/trainer_loop.h"
+#include "trainer/warm_start.h"
+#include "training/sft.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) {
+  g_stop.store(true);
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "trainer: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  trainer::TrainerOptions options;
+  std::string start_dir;
+  std::string mode = "async";
+  bool resume = false;
+  int sft_steps = 1000;
+  int threads = 0;
+  double lr = 3e-5;
+  double clip = 0.2;
+  double weight_cap = 5.0;
+  std::string baseline = "group";
+  std::string bind = "127.0.0.1";
+  std::uint16_t weights_port = 0;
+  std::uint16_t trajectory_port = 0;
+  CLI::App app{
+      "RL trainer for the Zorplex policy: trains on generator trajectories (REINFORCE, GRPO or decoupled "
+      "PPO) and "
+      "publishes every version through libweightsync. Started by scripts/rl-run.sh; see docs/rl_loop.md."};
+  app.add_option("--start", start_dir,
+                 "SFT checkpoint folder to start from (the warm start runs if it is empty)")
+      ->required();
+  app.add_option("--out", options.out_dir, "Folder for the RL checkpoint, trainer.jsonl and the timeline")
+      ->required();
+  app.add_flag("--resume", resume, "Continue from the checkpoint in --out if there is one");
+  app.add_option("--sft-steps", sft_steps, "Steps of the warm start when --start has no policy")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--mode", mode, "sync: generate, train, publish, pull, repeat; async: generators never wait")
+      ->check(CLI::IsMember({"sync", "async"}));
+  app.add_option("--steps", options.steps, "Optimizer steps in total")->check(CLI::Range(1, 1000000));
+  app.add_option(
+         "--algorithm", options.algorithm,
+         "grpo (group-normalised advantages, PPO clip on behaviour log-probs), reinforce (baseline, no "
+         "ratio) or decoupled (AReaL: proximal log-probs from the current weights, capped behaviour "
+         "weight)")
+      ->check(CLI::IsMember({"grpo", "reinforce", "decoupled"}));
+  app.add_option("--baseline", baseline, "reinforce's baseline: group (group mean) or running (running mean)")
+      ->check(CLI::IsMember({"group", "running"}));
+  app.add_option("--lr", lr, "Learning rate (AdamW)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--clip", clip, "PPO clip epsilon")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--behaviour-weight-cap", weight_cap, "decoupled: cap on the behaviour importance weight")
+      ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--temperature", options.update.sampling_temperature,
+                 "The generators' sampling temperature (their log-probs were recorded at it)")
+      ->check(CLI::Range(0.05, 5.0));
+  app.add_option("--generators", options.generators, "sync: generators that deliver each round")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--prompts-per-round", options.prompts_per_round,
+                 "sync: groups each generator sends per round")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--batch-groups", options.batch_groups, "async: groups (prompts) per optimizer step")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-staleness", options.replay.max_staleness,
+                 "async: drop groups sampled more than this many versions ago");
+  bool keep_zero_variance = false;
+  app.add_flag("--keep-zero-variance", keep_zero_variance, "Train on groups whose rewards are all equal too");
+  app.add_option("--round-timeout", options.round_timeout_s,
+                 "sync: seconds after a round's first group to wait for the other generators");
+  app.add_option("--idle-timeout", options.idle_timeout_s,
+                 "Give up when no trajectory arrives for this long (s)");
+  app.add_option("--checkpoint-every", options.checkpoint_every, "Checkpoint every N steps (and at the end)");
+  app.add_option("--bind", bind,
+                 "Address to serve weights and take trajectories on (needs WEIGHTSYNC_SECRET "
+                 "unless loopback)");
+  app.add_option("--weights-port", weights_port, "Weight publisher port (0: any free one)");
+  app.add_option("--trajectory-port", trajectory_port, "Trajectory port (0: any free one)");
+  app.add_option("--address-file", options.address_file,
+                 "Write the addresses generators need here (JSON: weights, trajectories)");
+  app.add_option("--threads", threads, "Torch CPU threads (0: all CPUs)")->check(CLI::Range(0, 256));
+  CLI11_PARSE(app, argc, argv);
+
+  options.sync = mode == "sync";
+  if (options.sync) options.replay.max_staleness = 0;
+  options.replay.drop_zero_variance = !keep_zero_variance;
+  options.update.lr = lr;
+  options.update.loss.clip_epsilon = clip;
+  if (options.algorithm == "reinforce") {
+    options.update.loss.objective = training::Objective::kReinforce;
+    options.update.baseline =
+        baseline == "running" ? training::BaselineKind::kRunningMean : training::BaselineKind::kGroupMean;
+    options.update.normalize_advantages = false;
+  } else {
+    options.update.loss.objective = training::Objective::kPpoClip;
+    options.update.baseline = training::BaselineKind::kGroupMean;
+    options.update.normalize_advantages = true;
+    options.update.loss.decoupled = options.algorithm == "decoupled";
+    options.update.loss.behaviour_weight_cap = options.update.loss.decoupled ? weight_cap : 0.0;
+  }
+  if (const char* secret = std::getenv("WEIGHTSYNC_SECRET")) options.secret = secret;
+  options.publisher.bind_address = bind;
+  options.publisher.port = weights_port;
+  options.trajectory_endpoint =
+      "tcp://" + bind + ":" + (trajectory_port == 0 ? std::string("*") : std::to_string(trajectory_port));
+  options.options_json = nlohmann::json{{"mode", mode},
+                                        {"algorithm", options.algorithm},
+                                        {"baseline", baseline},
+                                        {"lr", lr},
+                                        {"clip", clip},
+                                        {"temperature", options.update.sampling_temperature},
+                                        {"steps", options.steps},
+                                        {"generators", options.generators},
+                                        {"prompts_per_round", options.prompts_per_round},
+                                        {"batch_groups", options.batch_groups},
+                                        {"max_staleness", options.replay.max_staleness},
+                                        {"drop_zero_variance", options.replay.drop_zero_variance}}
+                             .dump();
+
+  policy::configure_cpu_threads(threads);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  auto warm = trainer::ensure_warm_start(start_dir, sft_steps, g_stop);
+  if (!warm)
+    return g_stop.load() ? (std::fprintf(stderr, "trainer: %s\n", warm.error().message.c_str()), 130)
+                         : fail(warm.error().message);
+
+  const bool resuming = resume && loop::has_rl_checkpoint(options.out_dir);
+  const std::string policy_path =
+      resuming ? loop::rl_policy_file(options.out_dir) : training::policy_file(start_dir);
+  auto contents = policy::read_safetensors(policy_path);
+  if (!contents) return fail(contents.error().message);
+  auto model = policy::load_model(policy_path);
+  if (!model) return fail(policy_path + ": " + model.error().message);
+  const policy::Metadata metadata = contents.value().metadata;
+
+  trainer::TrainerLoop loop_(options, std::move(model).value(), loop::carried_metadata(metadata));
+  if (resuming) {
+    auto progress = loop::read_rl_progress(metadata);
+    if (!progress) return fail(policy_path + ": " + progress.error().message);
+    auto resumed = loop_.resume(options.out_dir, progress.value());
+    if (!resumed) return fail(resumed.error().message);
+    std::printf("trainer: resuming from %s at step %d, version %llu\n", options.out_dir.c_str(),
+                progress.value().step, static_cast<unsigned long long>(progress.value().version));
+  }
+  auto started = loop_.start();
+  if (!started) return fail(started.error().message);
+  std::printf("trainer: %s %s, serving weights at %s, trajectories at %s\n", mode.c_str(),
+              options.algorithm.c_str(), loop_.weights_address().c_str(),
+              loop_.trajectory_endpoint().c_str());
+  std::fflush(stdout);
+
+  auto summary = loop_.run(g_stop);
+  if (!summary) return fail(summary.error().message);
+  const trainer::TrainerSummary& s = summary.value();
+  std::printf(
+      "trainer: %s after %d steps (version %llu): %llu trajectories trained on, %llu received, %.0f s\n",
+      s.stopped ? "stopped" : "done", s.steps, static_cast<unsigned long long>(s.version),
+      static_cast<unsigned long long>(s.trajectories_trained),
+      static_cast<unsigned long long>(s.trajectories_received), s.wall_seconds);
+  return s.stopped ? 130 : 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "trainer: %s\n", e.what());
+  return 1;
+}
