@@ -63,8 +63,8 @@ struct GeneratorOptions {
   int max_rounds = 0;  // 0: until stopped
   // async pacing (AReaL's staleness control at the source): this
   // generator's share of the groups of one trainer step; it starts a round
-  // only while the groups it sent since it connected fit in
-  // (versions published since + max_ahead_versions) * groups_per_version,
+  // only while the groups it sent since it connected, plus this round's,
+  // fit in (versions published since + max_ahead_versions) * groups_per_version,
   // and otherwise waits for the next version (at most 10 s: a safety valve).
   // Groups the trainer will drop for zero variance do not count. 0: no pacing.
   int groups_per_version = 0;

@@ -13,7 +13,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 
-out="$build/demo" steps=30 generators=2 sft_steps=1000
+out="$build/demo" steps=40 generators=2 sft_steps=1000
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,7 +49,7 @@ else
 fi
 
 evaluate() {  # evaluate NAME CHECKPOINT
-  "$rl/zorplex-eval" --checkpoint "$2" --json "$out/eval-$1.json" > "$out/eval-$1.log"
+  "$rl/zorplex-eval" --checkpoint "$2" --json "$out/eval-$1.json" > "$out/eval-$1.log" 2>&1
   sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' "$out/eval-$1.json" | head -n 1 |
     awk -v name="$1" -v t="$(elapsed)" '{ printf "demo: [%s] eval %-12s accuracy %.1f%% (200 held-out tasks, greedy)\n", t, name, 100 * $1 }'
 }

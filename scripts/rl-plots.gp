@@ -1,26 +1,35 @@
 # Plots of the RL demo, from rl-report's data files.
 #   gnuplot -e "dir='OUT/plots'" scripts/rl-plots.gp
-# learning.png: reward and sampled accuracy per step, sync vs async, against
-#   wall time. timeline.png: what each process did (Gantt), sync above async.
+# learning.png: the fraction of training episodes solved (sampled at the
+#   generators' temperature; points per step, lines the mean of the last 5
+#   steps) against wall time, sync vs async, with the greedy held-out
+#   evaluations as horizontal lines. timeline.png: what each process did
+#   (Gantt), sync above async.
 if (!exists("dir")) dir = "."
-set terminal pngcairo size 1200,500 font ",10" noenhanced
+eval_before = NaN; eval_after_sync = NaN; eval_after_async = NaN
+if (system("test -f ".dir."/evals.gp && echo 1") eq "1") load dir."/evals.gp"
+
+set terminal pngcairo size 1200,550 font ",10" noenhanced
 set output dir."/learning.png"
-set multiplot layout 1,2 title "RL on Zorplex: training batches (sampled at T, not the greedy eval)"
+set title "RL on Zorplex: training episodes solved (sampled), and greedy accuracy on 200 held-out tasks"
 set xlabel "wall time since the first publish (s)"
-set ylabel "fraction of episodes correct"
-set key bottom right
+set ylabel "fraction correct"
+set key outside right
 set grid
-plot dir."/curve-sync.dat" using 2:4 with linespoints title "sync", \
-     dir."/curve-async.dat" using 2:4 with linespoints title "async"
-set ylabel "mean reward"
-plot dir."/curve-sync.dat" using 2:3 with linespoints title "sync", \
-     dir."/curve-async.dat" using 2:3 with linespoints title "async"
-unset multiplot
+set yrange [0:1]
+plot dir."/curve-sync.dat" using 2:4 with points pt 7 ps 0.5 lc rgb "#9ecae1" title "sync, per step", \
+     dir."/curve-sync.dat" using 2:7 with lines lw 2 lc rgb "#1f77b4" title "sync, last 5 steps", \
+     dir."/curve-async.dat" using 2:4 with points pt 7 ps 0.5 lc rgb "#fdae6b" title "async, per step", \
+     dir."/curve-async.dat" using 2:7 with lines lw 2 lc rgb "#e6550d" title "async, last 5 steps", \
+     eval_before with lines dt 2 lw 2 lc rgb "#555555" title sprintf("greedy eval before: %.1f%%", 100 * eval_before), \
+     eval_after_sync with lines dt 3 lw 2 lc rgb "#1f77b4" title sprintf("greedy eval after sync: %.1f%%", 100 * eval_after_sync), \
+     eval_after_async with lines dt 3 lw 2 lc rgb "#e6550d" title sprintf("greedy eval after async: %.1f%%", 100 * eval_after_async)
 
 set output dir."/timeline.png"
 set terminal pngcairo size 1400,600 font ",10" noenhanced
 if (!exists("window")) window = 40
 set multiplot layout 2,1 title sprintf("What each process does (first %d s of each run)", window)
+unset title
 set xrange [0:window]
 set yrange [-0.6:2.6]
 set ytics ("trainer" 0, "generator-0" 1, "generator-1" 2)

@@ -13,7 +13,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 
-start="" out="" mode=async generators=2 steps=30 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
+start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,16 @@ namespace trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr double kPi = 3.14159265358979323846;
+
+// The learning rate of step `step` (0-based) of `steps`.
+double scheduled_lr(const TrainerOptions& options, int step) {
+  if (options.lr_schedule != "cosine" || options.steps <= 1) return options.update.lr;
+  const double progress = static_cast<double>(step) / static_cast<double>(options.steps - 1);
+  const double cosine = 0.5 * (1.0 + std::cos(kPi * std::min(progress, 1.0)));
+  return options.update.lr * (options.min_lr_ratio + (1.0 - options.min_lr_ratio) * cosine);
+}
 
 double steady_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
@@ -232,6 +243,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
     }
     training::RlUpdateReport report;
     report.applied = false;
+    const double lr = scheduled_lr(options_, step_);
+    updater_.set_lr(lr);
     if (!groups.empty()) {
       auto updated = updater_.update(groups);
       if (!updated) {
@@ -265,6 +278,7 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"mode", options_.sync ? "sync" : "async"},
                      {"algorithm", options_.algorithm},
                      {"applied", report.applied},
+                     {"lr", lr},
                      {"loss", report.loss},
                      {"grad_norm", report.grad_norm},
                      {"groups", groups.size()},

@@ -19,7 +19,7 @@
 //   Groups sampled with a version newer than the current one (from before a
 //   trainer restart) or, in sync, with any other version are dropped and
 //   counted; the replay buffer drops stale and zero-variance groups and
-//   counts them. Then one RlUpdater step, version + 1, publish, one metrics
+//   counts them. Then one RlUpdater step at the scheduled learning rate, version + 1, publish, one metrics
 //   line (trainer.jsonl) and timeline spans. Versions only increase.
 // - Checkpoints (loop/rl_checkpoint.h) every checkpoint_every steps, at the
 //   end and when stopped; resume() continues from one.
@@ -61,7 +61,12 @@ struct TrainerOptions {
   double round_timeout_s = 15.0;
   double idle_timeout_s = 120.0;
   algorithms::ReplayOptions replay;
-  training::RlUpdateOptions update;
+  training::RlUpdateOptions update;  // update.lr is the peak learning rate
+  // "cosine": from update.lr down to min_lr_ratio * update.lr at the last
+  // step (a run ends on small steps, not in the middle of an oscillation);
+  // "constant": update.lr throughout.
+  std::string lr_schedule = "cosine";
+  double min_lr_ratio = 0.1;
   std::string algorithm = "grpo";  // for the record
   int checkpoint_every = 10;
   std::string out_dir;  // checkpoint, trainer.jsonl, timeline-trainer.jsonl

@@ -49,7 +49,7 @@ int main(int argc, char** argv) try {
   bool resume = false;
   int sft_steps = 1000;
   int threads = 0;
-  double lr = 3e-5;
+  double lr = 5e-5;
   double clip = 0.2;
   double weight_cap = 5.0;
   std::string baseline = "group";
@@ -79,7 +79,12 @@ int main(int argc, char** argv) try {
       ->check(CLI::IsMember({"grpo", "reinforce", "decoupled"}));
   app.add_option("--baseline", baseline, "reinforce's baseline: group (group mean) or running (running mean)")
       ->check(CLI::IsMember({"group", "running"}));
-  app.add_option("--lr", lr, "Learning rate (AdamW)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--lr", lr, "Peak learning rate (AdamW)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--lr-schedule", options.lr_schedule,
+                 "cosine (from --lr down to --min-lr-ratio of it at the last step) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}));
+  app.add_option("--min-lr-ratio", options.min_lr_ratio, "cosine: the last step's share of --lr")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--clip", clip, "PPO clip epsilon")->check(CLI::Range(0.0, 10.0));
   app.add_option("--behaviour-weight-cap", weight_cap, "decoupled: cap on the behaviour importance weight")
       ->check(CLI::Range(0.0, 1000.0));
@@ -138,6 +143,8 @@ int main(int argc, char** argv) try {
                                         {"algorithm", options.algorithm},
                                         {"baseline", baseline},
                                         {"lr", lr},
+                                        {"lr_schedule", options.lr_schedule},
+                                        {"min_lr_ratio", options.min_lr_ratio},
                                         {"clip", clip},
                                         {"temperature", options.update.sampling_temperature},
                                         {"steps", options.steps},

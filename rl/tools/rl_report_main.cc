@@ -91,7 +91,15 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   int steps = 0;
   std::ofstream curve;
   if (!plots.empty()) curve.open(plots + "/curve-" + name + ".dat");
-  if (curve) curve << "# step wall_s reward_mean correct_rate staleness_mean\n";
+  if (curve) curve << "# step wall_s reward_mean correct_rate staleness_mean reward_avg5 correct_avg5\n";
+  std::vector<double> rewards;
+  std::vector<double> corrects;
+  const auto last5 = [](const std::vector<double>& v) {
+    const std::size_t n = std::min<std::size_t>(5, v.size());
+    double sum = 0.0;
+    for (std::size_t i = v.size() - n; i < v.size(); ++i) sum += v[i];
+    return n > 0 ? sum / static_cast<double>(n) : 0.0;
+  };
   for (const json& r : run.trainer) {
     const std::string event = r.value("event", "");
     if (event == "publish") {
@@ -107,10 +115,12 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
       staleness_weighted += r.value("staleness_mean", 0.0) * static_cast<double>(n);
       staleness_max = std::max(staleness_max, r.value("staleness_max", std::uint64_t{0}));
       dropped = r.value("dropped", json::object());
+      rewards.push_back(r.value("reward_mean", 0.0));
+      corrects.push_back(r.value("correct_rate", 0.0));
       if (curve) {
-        curve << r.value("step", 0) << ' ' << (last_step - first_publish) << ' '
-              << r.value("reward_mean", 0.0) << ' ' << r.value("correct_rate", 0.0) << ' '
-              << r.value("staleness_mean", 0.0) << '\n';
+        curve << r.value("step", 0) << ' ' << (last_step - first_publish) << ' ' << rewards.back() << ' '
+              << corrects.back() << ' ' << r.value("staleness_mean", 0.0) << ' ' << last5(rewards) << ' '
+              << last5(corrects) << '\n';
       }
     }
   }
@@ -184,9 +194,10 @@ void print_summary(const json& report) {
   std::printf("evaluation: %d held-out %s tasks, seed %lld, greedy\n", eval.value("n", 0),
               eval.value("kind", "").c_str(), static_cast<long long>(eval.value("seed", 0LL)));
   std::printf("  %-12s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
-  for (const auto& [name, entry] : eval.items()) {
-    if (!entry.is_object()) continue;
-    std::printf("  %-12s %8.1f%% %7.1f%% %7.2f %6.2f\n", name.c_str(), 100 * entry.value("accuracy", 0.0),
+  for (const char* name : {"before", "after_sync", "after_async"}) {
+    if (!eval.contains(name)) continue;
+    const json& entry = eval[name];
+    std::printf("  %-12s %8.1f%% %7.1f%% %7.2f %6.2f\n", name, 100 * entry.value("accuracy", 0.0),
                 100 * entry.value("format_rate", 0.0), entry.value("avg_turns", 0.0),
                 entry.value("avg_tool_calls", 0.0));
   }
@@ -323,6 +334,13 @@ int main(int argc, char** argv) try {
   figures["required_gain"] = required_gain;
   report["figures"] = figures;
 
+  if (!plots.empty()) {
+    // Greedy evaluation accuracies for the learning-curve plot.
+    std::ofstream labels(plots + "/evals.gp");
+    for (const auto& [name, entry] : report["eval"].items()) {
+      if (entry.is_object()) labels << "eval_" << name << " = " << entry.value("accuracy", 0.0) << "\n";
+    }
+  }
   std::ofstream file(out);
   file << report.dump(2) << "\n";
   if (!file) {

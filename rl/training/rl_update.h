@@ -66,6 +66,8 @@ class RlUpdater {
   zorplex::Result<RlUpdateReport> update(const std::vector<algorithms::TrajectoryGroup>& groups);
 
   const RlUpdateOptions& options() const { return options_; }
+  // The learning rate of the next update() (a schedule sets it per step).
+  void set_lr(double lr) { options_.lr = lr; }
   FlatAdamW& optimizer() { return optimizer_; }
   algorithms::RunningMeanBaseline& baseline() { return baseline_; }
 

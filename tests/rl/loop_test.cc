@@ -1,0 +1,129 @@
+// What the trainer and generator share (rl/loop): the policy as a weightsync
+// layout (offsets equal to the flat buffer's, a publish -> pull round trip
+// over a real Publisher/Subscriber landing bit-exact in another model's
+// buffer), and the RL checkpoint (exact resume of weights, optimizer and
+// baseline; a pair from different steps refused; metadata carried over).
+#include <torch/torch.h>
+
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "loop/policy_weights.h"
+#include "loop/rl_checkpoint.h"
+#include "policy/safetensors.h"
+#include "training/rl_update.h"
+
+namespace {
+
+policy::ModelConfig tiny_config() {
+  policy::ModelConfig c;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 64;
+  c.max_seq_len = 64;
+  return c;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = "/tmp/ws_loop_test_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("policy layout: one tensor per parameter at the flat buffer's byte offsets, no padding",
+          "[rl][loop]") {
+  const policy::ModelConfig config = tiny_config();
+  auto layout = loop::policy_weight_layout(config);
+  REQUIRE(layout);
+  const auto specs = policy::parameter_specs(config);
+  REQUIRE(layout.value().tensors().size() == specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    CHECK(layout.value().tensors()[i].spec.name == specs[i].name);
+    CHECK(layout.value().tensors()[i].offset == static_cast<std::uint64_t>(specs[i].byte_offset));
+  }
+  CHECK(layout.value().total_bytes() == static_cast<std::uint64_t>(policy::parameter_count(config)) * 4);
+  CHECK(loop::layout_mismatch(layout.value(), config).empty());
+  policy::ModelConfig other = config;
+  other.d_ff = 128;
+  CHECK(loop::layout_mismatch(layout.value(), other).find("not the trainer's model") != std::string::npos);
+}
+
+TEST_CASE("policy weights: published by one model, pulled bit-exact into another's flat buffer",
+          "[rl][loop]") {
+  auto trainer_model = policy::Transformer::create(tiny_config(), 1);
+  auto generator_model = policy::Transformer::create(tiny_config(), 2);
+  REQUIRE(trainer_model);
+  REQUIRE(generator_model);
+  REQUIRE(loop::weights_digest(trainer_model.value()) != loop::weights_digest(generator_model.value()));
+  auto publisher = weightsync::Publisher::create(loop::policy_weight_layout(tiny_config()).value());
+  REQUIRE(publisher.ok());
+  REQUIRE(loop::publish_policy(*publisher.value(), 7, trainer_model.value()));
+  weightsync::SubscriberOptions options;
+  options.transport = "tcp";
+  auto subscriber = weightsync::Subscriber::connect(publisher.value()->address(), options);
+  REQUIRE(subscriber.ok());
+  auto pulled = subscriber.value()->pull(loop::policy_destination(generator_model.value()));
+  REQUIRE(pulled.ok());
+  CHECK(pulled.value().version == 7);
+  CHECK(torch::equal(trainer_model.value().flat_parameters(), generator_model.value().flat_parameters()));
+  CHECK(loop::weights_digest(trainer_model.value()) == loop::weights_digest(generator_model.value()));
+}
+
+TEST_CASE("RL checkpoint: resume restores weights, optimizer and baseline, and refuses a mixed pair",
+          "[rl][loop]") {
+  const std::string dir = temp_dir("checkpoint");
+  auto model = policy::Transformer::create(tiny_config(), 3);
+  REQUIRE(model);
+  training::RlUpdateOptions options;
+  options.baseline = training::BaselineKind::kRunningMean;
+  training::RlUpdater updater(model.value(), options);
+  // Give the optimizer and baseline a state worth restoring.
+  for (torch::Tensor p : model.value().parameters()) p.mutable_grad() = torch::full_like(p, 0.01f);
+  updater.optimizer().step(1e-3);
+  updater.baseline().update({0.25, 0.75});
+  const policy::Metadata carried{{"sft.step", "12"}, {"rl.step", "99"}, {"format", "x"}};
+  REQUIRE(loop::save_rl_checkpoint(dir, model.value(), updater, {5, 4}, "{\"lr\":1}", carried));
+  REQUIRE(loop::has_rl_checkpoint(dir));
+
+  auto file = policy::read_safetensors(loop::rl_policy_file(dir));
+  REQUIRE(file);
+  const policy::Metadata& meta = file.value().metadata;
+  CHECK(meta.at("sft.step") == "12");  // carried over
+  CHECK(meta.at("rl.step") == "4");    // ours, not the carried one
+  CHECK(meta.at("rl.options") == "{\"lr\":1}");
+  auto progress = loop::read_rl_progress(meta);
+  REQUIRE(progress);
+  CHECK(progress.value().version == 5);
+  CHECK(progress.value().step == 4);
+
+  auto loaded = policy::load_model(loop::rl_policy_file(dir));
+  REQUIRE(loaded);
+  CHECK(torch::equal(loaded.value().flat_parameters(), model.value().flat_parameters()));
+  training::RlUpdater restored(loaded.value(), options);
+  REQUIRE(loop::restore_rl_optimizer(dir, restored, progress.value()));
+  CHECK(torch::equal(restored.optimizer().state().exp_avg, updater.optimizer().state().exp_avg));
+  CHECK(torch::equal(restored.optimizer().state().exp_avg_sq, updater.optimizer().state().exp_avg_sq));
+  CHECK(restored.optimizer().state().step == updater.optimizer().state().step);
+  CHECK(restored.baseline().value() == updater.baseline().value());
+  CHECK(restored.baseline().initialized());
+
+  // A second save removes the older optimizer file; a policy that names a
+  // step whose optimizer file is gone (or another step's) is refused.
+  REQUIRE(loop::save_rl_checkpoint(dir, model.value(), updater, {6, 5}, "{}", carried));
+  CHECK(!std::filesystem::exists(loop::rl_optimizer_file(dir, 4)));
+  CHECK(std::filesystem::exists(loop::rl_optimizer_file(dir, 5)));
+  auto stale = loop::restore_rl_optimizer(dir, restored, {5, 4});
+  REQUIRE(!stale);
+  std::filesystem::copy_file(loop::rl_optimizer_file(dir, 5), loop::rl_optimizer_file(dir, 4));
+  auto mixed = loop::restore_rl_optimizer(dir, restored, {5, 4});
+  REQUIRE(!mixed);
+  CHECK(mixed.error().message.find("differ") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
