@@ -7,6 +7,8 @@
 #     ports: it continues from its checkpoint's step and version, and
 #     generator 0, which survived, reconnects and carries on; the resumed
 #     run finishes.
+#  4. Sync mode: a generator killed mid-run; after the round timeout the
+#     trainer trains on the survivor's groups and finishes.
 # Usage: rl_loop_faults.sh BUILD_DIR WORKDIR
 set -euo pipefail
 build="$1" work="$2"
@@ -67,4 +69,33 @@ grep -q "done after $((checkpoint_step + 4)) steps" "$work/trainer-resumed.log" 
 grep -q "generator 0: lost the trainer" "$work/generator-0.log" || fail "generator 0 did not notice the restart"
 grep -q "generator 0: connected to the trainer" "$work/generator-0.log" || fail "generator 0 never connected"
 [ "$(grep -c 'generator 0: connected to the trainer' "$work/generator-0.log")" -ge 2 ] || fail "generator 0 did not reconnect"
+kill -9 "${pids[1]}" 2>/dev/null || true
+
+# 4. Sync mode with a generator killed mid-run.
+rm -f "$work/address.json"
+"$build/bin/trainer" --start "$work/start" --out "$work/sync" --mode sync --generators 2 --prompts-per-round 1 \
+  --round-timeout 2 --keep-zero-variance --idle-timeout 60 --threads 1 --steps 8 \
+  --address-file "$work/address.json" >"$work/trainer-sync.log" 2>&1 &
+sync_trainer=$!
+pids+=("$sync_trainer")
+for _ in $(seq 1 300); do [ -s "$work/address.json" ] && break; sleep 0.1; done
+[ -s "$work/address.json" ] || fail "sync: the trainer wrote no address file"
+weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$work/address.json")
+trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$work/address.json")
+for id in 0 1; do
+  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id "$id" \
+    --mode sync --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 >"$work/sync-generator-$id.log" 2>&1 &
+  pids+=($!)
+  [ "$id" = 1 ] && sync_generator1=$!
+done
+for _ in $(seq 1 900); do
+  [ "$(grep -c '"event":"step"' "$work/sync/trainer.jsonl" 2>/dev/null || true)" -ge 2 ] && break
+  sleep 0.1
+done
+kill -9 "$sync_generator1"
+status=0
+wait "$sync_trainer" || status=$?
+[ "$status" -eq 0 ] || fail "sync: the trainer failed ($status) after a generator died: $(tail -n 3 "$work/trainer-sync.log")"
+grep -q "done after 8 steps" "$work/trainer-sync.log" || fail "sync: the trainer did not finish its 8 steps"
+grep -q "1 of 2 generators delivered" "$work/trainer-sync.log" || fail "sync: the trainer never noticed the dead generator"
 echo "rl loop faults: ok"
