@@ -24,6 +24,23 @@ wait_for_steps() {  # wait_for_steps N SECONDS
   fail "the trainer did not reach $1 logged steps within $2 s (has $(steps_logged)): $(tail -n 3 "$work/trainer.log")"
 }
 
+# Waits for the trainer's address file and sets $weights and $trajectories.
+read_addresses() {
+  for _ in $(seq 1 300); do [ -s "$work/address.json" ] && break; sleep 0.1; done
+  [ -s "$work/address.json" ] || fail "the trainer wrote no address file"
+  weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$work/address.json")
+  trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$work/address.json")
+}
+# start_generator ID LOG [generator options...]: in the background; its pid in $last_pid.
+start_generator() {
+  local id=$1 log=$2
+  shift 2
+  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id "$id" \
+    --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 "$@" >"$log" 2>&1 &
+  last_pid=$!
+  pids+=("$last_pid")
+}
+
 "$build/rl/zorplex-sft" --out "$work/start" --d-model 32 --layers 1 --heads 2 --d-ff 64 --max-seq-len 384 \
   --batch 4 --steps 2 >"$work/sft.log"
 trainer_args=(--start "$work/start" --out "$work/run" --mode async --batch-groups 2 --keep-zero-variance
@@ -32,17 +49,11 @@ trainer_args=(--start "$work/start" --out "$work/run" --mode async --batch-group
 "$build/bin/trainer" "${trainer_args[@]}" --steps 200 >"$work/trainer.log" 2>&1 &
 trainer=$!
 pids+=("$trainer")
-for _ in $(seq 1 300); do [ -s "$work/address.json" ] && break; sleep 0.1; done
-[ -s "$work/address.json" ] || fail "the trainer wrote no address file"
-weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$work/address.json")
-trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$work/address.json")
-for id in 0 1; do
-  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id "$id" \
-    --mode async --prompts 1 --group-size 3 --groups-per-version 1 --trainer-timeout 60 --threads 1 \
-    --out "$work/run" >"$work/generator-$id.log" 2>&1 &
-  pids+=($!)
-done
-generator1=${pids[2]}
+read_addresses
+start_generator 0 "$work/generator-0.log" --mode async --groups-per-version 1 --out "$work/run"
+generator0=$last_pid
+start_generator 1 "$work/generator-1.log" --mode async --groups-per-version 1 --out "$work/run"
+generator1=$last_pid
 
 wait_for_steps 3 90
 kill -9 "$generator1"
@@ -69,7 +80,7 @@ grep -q "done after $((checkpoint_step + 4)) steps" "$work/trainer-resumed.log" 
 grep -q "generator 0: lost the trainer" "$work/generator-0.log" || fail "generator 0 did not notice the restart"
 grep -q "generator 0: connected to the trainer" "$work/generator-0.log" || fail "generator 0 never connected"
 [ "$(grep -c 'generator 0: connected to the trainer' "$work/generator-0.log")" -ge 2 ] || fail "generator 0 did not reconnect"
-kill -9 "${pids[1]}" 2>/dev/null || true
+kill -9 "$generator0" 2>/dev/null || true
 
 # 4. Sync mode with a generator killed mid-run.
 rm -f "$work/address.json"
@@ -78,16 +89,10 @@ rm -f "$work/address.json"
   --address-file "$work/address.json" >"$work/trainer-sync.log" 2>&1 &
 sync_trainer=$!
 pids+=("$sync_trainer")
-for _ in $(seq 1 300); do [ -s "$work/address.json" ] && break; sleep 0.1; done
-[ -s "$work/address.json" ] || fail "sync: the trainer wrote no address file"
-weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$work/address.json")
-trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$work/address.json")
-for id in 0 1; do
-  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id "$id" \
-    --mode sync --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 >"$work/sync-generator-$id.log" 2>&1 &
-  pids+=($!)
-  [ "$id" = 1 ] && sync_generator1=$!
-done
+read_addresses
+start_generator 0 "$work/sync-generator-0.log" --mode sync
+start_generator 1 "$work/sync-generator-1.log" --mode sync
+sync_generator1=$last_pid
 for _ in $(seq 1 900); do
   [ "$(grep -c '"event":"step"' "$work/sync/trainer.jsonl" 2>/dev/null || true)" -ge 2 ] && break
   sleep 0.1
