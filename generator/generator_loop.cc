@@ -96,10 +96,16 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
     // even an older version than ours: a restarted trainer resumes from its
     // last checkpoint.
     if (subscriber_->held_version() != 0) pull.newer_than = version_;
-    pull.wait =
-        (wait_for_newer || version_ == 0) ? std::chrono::milliseconds(500) : std::chrono::milliseconds(0);
+    pull.wait = (wait_for_newer || version_ == 0 || !buffer_intact_) ? std::chrono::milliseconds(500)
+                                                                     : std::chrono::milliseconds(0);
     const bool first_on_connection = subscriber_->held_version() == 0;
     auto pulled = subscriber_->pull(loop::policy_destination(model_), pull);
+    // A failed pull may have written part of a version into the buffer:
+    // sample nothing until a pull succeeds.
+    if (!pulled.ok() && pulled.status().code() != weightsync::ErrorCode::kNotReady &&
+        pulled.status().code() != weightsync::ErrorCode::kTimeout) {
+      buffer_intact_ = false;
+    }
     if (pulled.ok()) {
       const weightsync::PullResult& r = pulled.value();
       if (first_on_connection) {
@@ -107,6 +113,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
         pace_sent_groups_ = 0;
       }
       version_ = r.version;
+      buffer_intact_ = true;
       ++totals_.pulls;
       const double end = loop::wall_clock_seconds();
       if (r.wait_seconds > 0.001) timeline_.span("wait", wait_start, end - r.seconds);
@@ -129,7 +136,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
     const bool nothing_newer =
         code == weightsync::ErrorCode::kNotReady || code == weightsync::ErrorCode::kTimeout;
     if (nothing_newer && subscriber_->status().ok()) {
-      if (!wait_for_newer && version_ != 0) return Pulled{};
+      if (!wait_for_newer && version_ != 0 && buffer_intact_) return Pulled{};
       if (Clock::now() >= deadline) {
         return zorplex::Error{"the trainer published no version after " + std::to_string(version_) + " for " +
                               std::to_string(options_.trainer_timeout.count()) + " s"};

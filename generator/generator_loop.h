@@ -14,7 +14,9 @@
 //   versions.
 // - Faults: a lost trainer (the Subscriber's sticky error) is answered by
 //   connecting again, for up to trainer_timeout; a new connection takes the
-//   newest version the (restarted) trainer offers. Sending waits while the
+//   newest version the (restarted) trainer offers. After a failed pull
+//   (the buffer may hold part of a version) nothing is sampled until a
+//   pull succeeds. Sending waits while the
 //   trainer's queue is full (backpressure). Waiting longer than
 //   trainer_timeout for the trainer in any of these ends run() with an
 //   Error that says so.
@@ -112,6 +114,7 @@ class GeneratorLoop {
   std::unique_ptr<weightsync::Subscriber> subscriber_;
   std::unique_ptr<channel::GroupSender> sender_;
   std::uint64_t version_ = 0;  // the version in the model's buffer; 0 before the first pull
+  bool buffer_intact_ = true;  // false after a failed pull until one succeeds
   std::uint64_t next_task_ = 0;
   std::uint64_t pace_base_version_ = 0;  // first version pulled on this connection
   std::uint64_t pace_sent_groups_ = 0;   // groups sent on this connection
