@@ -5,9 +5,15 @@
 
 namespace wsbench {
 
+void image_marks(std::uint64_t version, std::uint64_t* head, std::uint64_t* tail) {
+  *head = version;
+  *tail = ~version;
+}
+
 void mark_image(void* image, std::uint64_t size, std::uint64_t version) {
   auto* bytes = static_cast<unsigned char*>(image);
-  const std::uint64_t head = version, tail = ~version;
+  std::uint64_t head = 0, tail = 0;
+  image_marks(version, &head, &tail);
   std::memcpy(bytes, &head, sizeof(head));
   std::memcpy(bytes + size - sizeof(tail), &tail, sizeof(tail));
 }
@@ -17,7 +23,9 @@ bool image_has_marks(const void* image, std::uint64_t size, std::uint64_t versio
   std::uint64_t head = 0, tail = 0;
   std::memcpy(&head, bytes, sizeof(head));
   std::memcpy(&tail, bytes + size - sizeof(tail), sizeof(tail));
-  return head == version && tail == ~version;
+  std::uint64_t want_head = 0, want_tail = 0;
+  image_marks(version, &want_head, &want_tail);
+  return head == want_head && tail == want_tail;
 }
 
 }  // namespace wsbench

@@ -1,5 +1,6 @@
 // weightsync-bench: pull bandwidth and latency of every weightsync transport,
-// next to the limits of the machine measured in the same run.
+// next to the limits of the machine measured in the same run; with a CUDA
+// device (--gpu), the GPU rows next to the cudaMemcpy limits (gpu_rows.h).
 //
 //   weightsync-bench [options]                 everything on this host
 //   weightsync-bench server [--bind --port]    the publisher side, for another host
@@ -17,6 +18,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "cuda_limits.h"
+#include "gpu_rows.h"
 #include "line_stream.h"
 #include "report.h"
 #include "roles.h"
@@ -106,6 +109,12 @@ int run_server(const std::string& bind, std::uint16_t port, std::size_t slots) {
   }
 }
 
+// "NVIDIA H100 80GB HBM3, CUDA runtime 13000, driver 13000".
+std::string describe_device(const weightsync::CudaInfo& info) {
+  return info.device_name + ", CUDA runtime " + std::to_string(info.runtime_version) + ", driver " +
+         std::to_string(info.driver_version);
+}
+
 std::optional<weightsync::TransportInfo> transport_info(const std::string& name) {
   for (const auto& t : weightsync::available_transports()) {
     if (t.name == name) return t;
@@ -118,7 +127,9 @@ std::optional<weightsync::TransportInfo> transport_info(const std::string& name)
 int main(int argc, char** argv) try {
   CLI::App app{
       "weightsync-bench: pull bandwidth and latency of every weightsync transport, beside the limits of this "
-      "machine (memcpy, raw TCP, iperf3, ucx_perftest, a checkpoint file) measured in the same run.\n"
+      "machine (memcpy, raw TCP, iperf3, ucx_perftest, a checkpoint file) measured in the same run; with a "
+      "CUDA "
+      "device, the GPU rows beside pinned D2H / H2D and D2D cudaMemcpy (--gpu).\n"
       "GB = 10^9 bytes. Figures are medians over --reps pulls per reader after a warm-up."};
   app.require_subcommand(0, 1);
 
@@ -129,7 +140,7 @@ int main(int argc, char** argv) try {
   int reps = 10, warmup = 3, compute_rounds = 3;
   double min_gb = 2.5;
   bool quick = false;
-  std::string csv, json, plot, checkpoint_dir = "/var/tmp";
+  std::string csv, json, plot, checkpoint_dir = "/var/tmp", gpu_arg = "auto";
   double iperf3_seconds = 2.0;
   std::vector<CLI::Option*> tls_options;
   auto add_sweep_options = [&](CLI::App* a) {
@@ -159,13 +170,21 @@ int main(int argc, char** argv) try {
         ->capture_default_str();
     a->add_flag(
         "--quick", quick,
-        "Preset: every transport at 64 MiB with 1 reader, shm at 1 GiB, the baselines; under 60 s here");
+        "Preset: every transport at 64 MiB with 1 reader, shm at 1 GiB, the baselines (and the GPU rows at "
+        "64 MiB); under 60 s here");
     a->add_option("--csv", csv, "Write the cells as CSV to FILE");
     a->add_option("--json", json, "Write cells, baselines and target checks as JSON to FILE");
     a->add_option("--plot", plot, "Draw bandwidth vs size with the limits to FILE.png (gnuplot)");
     a->add_option("--checkpoint-dir", checkpoint_dir, "Where the checkpoint-file baseline writes (a disk)")
         ->capture_default_str();
     a->add_option("--iperf3-seconds", iperf3_seconds, "iperf3 run length (0: skip iperf3)")
+        ->capture_default_str();
+    a->add_option("--gpu", gpu_arg,
+                  "GPU rows at every size, 1 reader: publish_from_device() into host slots vs pinned D2H "
+                  "cudaMemcpy; a staged pull into cudaMalloc memory over each transport vs the slower of its "
+                  "host pull and pinned H2D; cuda_ipc from device slots vs D2D. auto: when a CUDA device is "
+                  "usable (else reported as not measured, with why); on: exit 2 without one; off: skip")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
   };
   add_sweep_options(&app);
@@ -192,6 +211,7 @@ int main(int argc, char** argv) try {
   reader_role->add_option("--address", reader_config.address)->required();
   reader_role->add_option("--transport", reader_config.transport)->required();
   reader_role->add_option("--size", reader_config.size)->required();
+  reader_role->add_option("--destination", reader_config.destination);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -233,6 +253,11 @@ int main(int argc, char** argv) try {
         continue;
       }
       for (const auto& tls : ucx_tls) transports.push_back({"ucx", tls});
+      continue;
+    }
+    if (name == "cuda_ipc") {
+      std::fprintf(stderr,
+                   "skipping cuda_ipc as a host row: it reads device slots only (a GPU row, --gpu)\n");
       continue;
     }
     if (name == "shm" && !remote.empty()) {
@@ -277,6 +302,23 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "weightsync-bench: nothing to measure (see the skipped transports above)\n");
     return 2;
   }
+
+  // The GPU rows: at the sweep's sizes, 1 reader each (gpu_rows.h).
+  wsbench::GpuFlag gpu_flag = wsbench::GpuFlag::kAuto;
+  wsbench::parse_gpu_flag(gpu_arg, &gpu_flag);
+  weightsync::CudaInfo cuda;
+  if (gpu_flag != wsbench::GpuFlag::kOff) cuda = weightsync::cuda_info();
+  const wsbench::GpuDecision gpu =
+      wsbench::decide_gpu(gpu_flag, cuda.usable, cuda.reason, wsbench::cuda_runtime_built(), !remote.empty());
+  if (gpu.fatal) {
+    std::fprintf(stderr, "weightsync-bench: --gpu on, but the GPU rows and limits are not measured: %s\n",
+                 gpu.not_measured.c_str());
+    return 2;
+  }
+  config.gpu_mode = wsbench::gpu_flag_name(gpu_flag);
+  config.gpu_not_measured = gpu.not_measured;
+  if (gpu.measure) config.gpu_device = describe_device(cuda);
+  config.gpu_cells = wsbench::plan_gpu_cells(transports, sizes);
   std::ostringstream command;
   for (int i = 0; i < argc; ++i) command << (i ? " " : "") << argv[i];
 
@@ -312,7 +354,13 @@ int main(int argc, char** argv) try {
   }
   std::size_t failed = 0;
   for (const auto& r : report.records) failed += r.error.empty() ? 0 : 1;
-  std::printf("\nweightsync-bench: %zu cells, %zu failed, %.1f s\n", report.records.size(), failed,
+  std::size_t gpu_measured = 0;
+  for (const auto& r : report.gpu.records) {
+    failed += r.error.empty() ? 0 : 1;
+    gpu_measured += r.not_measured.empty() ? 1 : 0;
+  }
+  std::printf("\nweightsync-bench: %zu cells, %zu GPU rows, %zu failed, %.1f s\n", report.records.size(),
+              gpu_measured, failed,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return failed > 0 ? 1 : rc;
 } catch (const std::exception& e) {

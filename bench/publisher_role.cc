@@ -1,5 +1,6 @@
 // The publisher side of a bench cell: a weightsync::Publisher serving one
-// synthetic image, a compute loop standing in for the trainer's work, and the
+// synthetic image (published from host memory, or from cudaMalloc memory for
+// the GPU rows), a compute loop standing in for the trainer's work, and the
 // CPU accounting of the serving side (process CPU minus the compute loop).
 #include <pthread.h>
 #include <sys/mman.h>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cuda_limits.h"
 #include "role_support.h"
 #include "roles.h"
 #include "weightsync/weightsync.h"
@@ -65,6 +67,8 @@ class ComputeLoop {
 };
 
 struct Cell {
+  // Declared first, destroyed last: the publisher may read it until it is gone.
+  DeviceBuffer device_source;  // SETUP ... cuda: the image lives here instead of `source`
   std::unique_ptr<weightsync::Publisher> publisher;
   weightsync::HostBuffer source;
   std::uint64_t size = 0;
@@ -73,6 +77,45 @@ struct Cell {
   std::uint64_t passes_at_commit = 0;
   std::int64_t commit_ns = 0;
 };
+
+// The SETUP line's optional words: "host" (the default) or "cuda".
+bool parse_memory(std::istringstream& in, bool* cuda, std::string* error) {
+  std::string word;
+  if (!(in >> word) || word == "host") {
+    *cuda = false;
+    return true;
+  }
+  if (word == "cuda") {
+    *cuda = true;
+    return true;
+  }
+  *error = "SETUP: memory must be host or cuda, not '" + word + "'";
+  return false;
+}
+
+// publish_from_device() from the cell's device image, then its commit.
+// Returns the copy time (enqueue to commit) or an ERROR reply in *error.
+bool publish_from_device(Cell& cell, std::uint64_t version, double* copy_s, std::string* error) {
+  std::uint64_t head = 0, tail = 0;
+  image_marks(version, &head, &tail);
+  if (!cell.device_source.write(0, &head, sizeof(head), error) ||
+      !cell.device_source.write(cell.size - sizeof(tail), &tail, sizeof(tail), error)) {
+    *error = "marking the device image: " + *error;
+    return false;
+  }
+  auto ticket = cell.publisher->publish_from_device(version, cell.device_source.data(), cell.size);
+  if (!ticket.ok()) {
+    *error = "publish_from_device: " + ticket.status().to_string();
+    return false;
+  }
+  auto committed = cell.publisher->flush_device_publishes(std::chrono::seconds(60));
+  if (!committed.ok()) {
+    *error = "flush_device_publishes: " + committed.status().to_string();
+    return false;
+  }
+  *copy_s = committed->copy_seconds;
+  return true;
+}
 
 }  // namespace
 
@@ -89,27 +132,40 @@ int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config
     if (command == "SETUP") {
       std::uint64_t size = 0;
       in >> size;
+      cell.publisher.reset();  // first: it may read the device source until it is gone
       cell = Cell{};
-      auto layout = weightsync::WeightLayout::build(
-          {weightsync::TensorSpec{"image", weightsync::DType::kUInt8, {static_cast<std::int64_t>(size)}}});
-      weightsync::PublisherOptions options;
-      options.bind_address = config.bind;
-      options.slots = config.slots;
-      auto publisher = layout.ok()
-                           ? weightsync::Publisher::create(std::move(*layout), options)
-                           : weightsync::Result<std::unique_ptr<weightsync::Publisher>>(layout.status());
-      auto source = weightsync::HostBuffer::allocate(size);
-      if (!publisher.ok()) {
-        reply = error_line("publisher: " + publisher.status().to_string());
-      } else if (!source.ok()) {
-        reply = error_line("source buffer: " + source.status().to_string());
+      bool cuda_source = false, cuda_slots = false;
+      std::string error;
+      if (!parse_memory(in, &cuda_source, &error) || !parse_memory(in, &cuda_slots, &error)) {
+        reply = error_line(error);
       } else {
-        cell.publisher = std::move(*publisher);
-        cell.source = std::move(*source);
-        cell.size = size;
-        // Fault the source in and give it non-zero content.
-        std::memset(cell.source.data(), 0x5a, size);
-        reply = "READY " + cell.publisher->address() + " " + cell.publisher->slot_allocator();
+        auto layout = weightsync::WeightLayout::build(
+            {weightsync::TensorSpec{"image", weightsync::DType::kUInt8, {static_cast<std::int64_t>(size)}}});
+        weightsync::PublisherOptions options;
+        options.bind_address = config.bind;
+        options.slots = config.slots;
+        if (cuda_slots) options.slot_memory = weightsync::MemoryKind::kCuda;
+        auto publisher = layout.ok()
+                             ? weightsync::Publisher::create(std::move(*layout), options)
+                             : weightsync::Result<std::unique_ptr<weightsync::Publisher>>(layout.status());
+        // The source: a device image (filled with 0x5a), or a host one (below).
+        const bool have_source =
+            !cuda_source || DeviceBuffer::allocate(size, 0x5a, &cell.device_source, &error);
+        auto source = weightsync::HostBuffer::allocate(cuda_source ? 4096 : size);
+        if (!publisher.ok()) {
+          reply = error_line("publisher: " + publisher.status().to_string());
+        } else if (!have_source) {
+          reply = error_line("device source: " + error);
+        } else if (!source.ok()) {
+          reply = error_line("source buffer: " + source.status().to_string());
+        } else {
+          cell.publisher = std::move(*publisher);
+          cell.source = std::move(*source);
+          cell.size = size;
+          // Fault the host source in and give it non-zero content.
+          if (!cuda_source) std::memset(cell.source.data(), 0x5a, size);
+          reply = "READY " + cell.publisher->address() + " " + cell.publisher->slot_allocator();
+        }
       }
     } else if (command == "PUBLISH") {
       std::uint64_t version = 0;
@@ -117,17 +173,27 @@ int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config
       if (!cell.publisher) {
         reply = error_line("PUBLISH before SETUP");
       } else {
-        mark_image(cell.source.data(), cell.size, version);
-        auto published = cell.publisher->publish(version, cell.source.data(), cell.size);
+        double copy_s = 0;
+        std::string error;
+        bool ok = false;
+        if (cell.device_source.data() != nullptr) {
+          ok = publish_from_device(cell, version, &copy_s, &error);
+        } else {
+          mark_image(cell.source.data(), cell.size, version);
+          auto published = cell.publisher->publish(version, cell.source.data(), cell.size);
+          ok = published.ok();
+          if (ok) copy_s = published->copy_seconds;
+          if (!ok) error = "publish: " + published.status().to_string();
+        }
         cell.commit_ns = now_ns();
         cell.cpu_at_commit = process_cpu_seconds();
         cell.compute_cpu_at_commit = compute ? compute->cpu_seconds() : 0.0;
         cell.passes_at_commit = compute ? compute->passes() : 0;
-        if (!published.ok()) {
-          reply = error_line("publish: " + published.status().to_string());
+        if (!ok) {
+          reply = error_line(error);
         } else {
           std::ostringstream out;
-          out << "COMMITTED " << version << " " << published->copy_seconds << " " << cell.commit_ns;
+          out << "COMMITTED " << version << " " << copy_s << " " << cell.commit_ns;
           reply = out.str();
         }
       }
@@ -175,6 +241,7 @@ int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config
       }
     } else if (command == "TEARDOWN") {
       compute.reset();
+      cell.publisher.reset();
       cell = Cell{};
       reply = "TEARDOWN";
     } else if (command == "QUIT") {

@@ -1,17 +1,35 @@
 // The reader side of a bench cell: one Subscriber pulling every version it is
-// told about into a pre-faulted contiguous buffer, timing each pull and the
-// process's CPU time around it.
+// told about into a pre-faulted contiguous buffer (host memory, or cudaMalloc
+// memory for the GPU rows), timing each pull and the process's CPU time
+// around it.
 #include <sys/mman.h>
 
 #include <chrono>
 #include <cstring>
 #include <sstream>
 
+#include "cuda_limits.h"
 #include "role_support.h"
 #include "roles.h"
 #include "weightsync/weightsync.h"
 
 namespace wsbench {
+namespace {
+
+// Whether the device image carries the marks of `version` (two 8-byte reads).
+bool device_image_has_marks(const DeviceBuffer& image, std::uint64_t version, std::string* error) {
+  std::uint64_t head = 0, tail = 0, want_head = 0, want_tail = 0;
+  if (!image.read(0, &head, sizeof(head), error) ||
+      !image.read(image.size() - sizeof(tail), &tail, sizeof(tail), error)) {
+    return false;
+  }
+  image_marks(version, &want_head, &want_tail);
+  if (head == want_head && tail == want_tail) return true;
+  *error = "pulled version " + std::to_string(version) + " does not carry its marks: the bytes are wrong";
+  return false;
+}
+
+}  // namespace
 
 int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config) {
   weightsync::SubscriberOptions options;
@@ -27,23 +45,39 @@ int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config) {
                              " bytes, not " + std::to_string(config.size)));
     return 1;
   }
-  auto buffer = weightsync::HostBuffer::allocate(config.size);
+  const bool cuda = config.destination == "cuda";
+  if (!cuda && config.destination != "host") {
+    io.write_line(error_line("destination must be host or cuda, not '" + config.destination + "'"));
+    return 1;
+  }
+  DeviceBuffer device;
+  std::string device_error;
+  if (cuda && !DeviceBuffer::allocate(config.size, 0, &device, &device_error)) {
+    io.write_line(error_line("cuda destination: " + device_error));
+    return 1;
+  }
+  // A host destination, or (cuda) a page standing in for it: the paired
+  // memcpy is skipped then.
+  auto buffer = weightsync::HostBuffer::allocate(cuda ? 4096 : config.size);
   if (!buffer.ok()) {
     io.write_line(error_line("destination: " + buffer.status().to_string()));
     return 1;
   }
-  std::memset(buffer->data(), 0, config.size);  // fault the destination in before measuring
+  const std::uint64_t host_bytes = cuda ? 4096 : config.size;
+  std::memset(buffer->data(), 0, host_bytes);  // fault the destination in before measuring
   // The paired memcpy's source: ordinary memory in 4 KiB pages, like the
   // publisher's slots (shared memory gets no transparent huge pages here).
   void* private_source =
-      ::mmap(nullptr, config.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ::mmap(nullptr, host_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (private_source == MAP_FAILED) {
     io.write_line(error_line("paired-memcpy source: mmap failed"));
     return 1;
   }
-  (void)::madvise(private_source, config.size, MADV_NOHUGEPAGE);
-  std::memset(private_source, 0x33, config.size);
-  const auto destination = weightsync::Destination::contiguous(buffer->data(), config.size);
+  (void)::madvise(private_source, host_bytes, MADV_NOHUGEPAGE);
+  std::memset(private_source, 0x33, host_bytes);
+  const auto destination =
+      cuda ? weightsync::Destination::contiguous(device.data(), config.size, weightsync::MemoryKind::kCuda)
+           : weightsync::Destination::contiguous(buffer->data(), config.size);
   if (!io.write_line("READY " + (*subscriber)->transport())) return 1;
 
   for (;;) {
@@ -56,10 +90,12 @@ int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config) {
     if (command == "PULL") {
       std::uint64_t version = 0;
       in >> version;
-      const auto copy_start = std::chrono::steady_clock::now();
-      std::memcpy(buffer->data(), private_source, config.size);
-      const double copy_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
+      double copy_s = 0;  // a cuda destination has no paired memcpy
+      if (!cuda) {
+        const auto copy_start = std::chrono::steady_clock::now();
+        std::memcpy(buffer->data(), private_source, config.size);
+        copy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
+      }
       std::ostringstream copied;
       copied << "COPIED " << copy_s;
       if (!io.write_line(copied.str())) return 1;
@@ -75,16 +111,19 @@ int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config) {
         auto pulled = (*subscriber)->pull(destination, pull_options);
         const auto end = std::chrono::steady_clock::now();
         const double cpu = process_cpu_seconds() - cpu_before;
+        std::string marks_error;
         if (!pulled.ok()) {
           reply = error_line("pull: " + pulled.status().to_string());
-        } else if (!image_has_marks(buffer->data(), config.size, pulled->version)) {
+        } else if (cuda && !device_image_has_marks(device, pulled->version, &marks_error)) {
+          reply = error_line(marks_error);
+        } else if (!cuda && !image_has_marks(buffer->data(), config.size, pulled->version)) {
           reply = error_line("pulled version " + std::to_string(pulled->version) +
                              " does not carry its marks: the bytes are wrong");
         } else {
           std::ostringstream out;
           out << "HELD " << pulled->version << " " << std::chrono::duration<double>(end - start).count()
               << " " << std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count()
-              << " " << cpu;
+              << " " << cpu << " " << (pulled->staged ? 1 : 0);
           reply = out.str();
         }
       }

@@ -1,7 +1,8 @@
 // The figures weightsync-bench produces: one CellRecord per (transport, detail,
 // size, readers) cell, and the machine's limits (Baselines) measured in the
-// same run. Plain data; report.h renders them, summary statistics come from
-// stats.h. GB means 10^9 bytes everywhere.
+// same run; the GPU rows and their limits (GpuSection) beside them. Plain
+// data; report.h renders them, summary statistics come from stats.h. GB means
+// 10^9 bytes everywhere.
 #pragma once
 
 #include <cmath>
@@ -53,6 +54,15 @@ struct CellRecord {
   double memcpy_paired_gbps = kNaN;
 
   std::string error;  // non-empty: the cell failed; the figures are NaN
+
+  // GPU rows only (BenchReport::gpu), "" for host rows:
+  //   "publish_from_device": Publisher::publish_from_device() from cudaMalloc
+  //     memory into host slots; gbps/latency are size / (enqueue to commit).
+  //   "staged": a pull over `transport` into a cudaMalloc destination through
+  //     the page-locked staging ring (PullResult::staged checked on every pull).
+  //   "cuda_ipc": device slots, a pull into a cudaMalloc destination.
+  std::string gpu_mode;
+  std::string not_measured;  // GPU rows: why the row was not run (no device, --gpu off)
 };
 
 // A baseline measured at one size.
@@ -70,6 +80,18 @@ struct Baselines {
   BaselineFigure iperf3;  // one stream over loopback, size-independent
 };
 
+// The GPU part of a run: the GPU rows, and the CUDA copy limits they are
+// compared with, measured in the same run (cuda_limits.h).
+struct GpuSection {
+  std::string mode = "auto";  // --gpu: auto | on | off
+  std::string not_measured;   // non-empty: why no GPU row or limit was measured
+  std::string device;         // the device, CUDA runtime and driver, when measured
+  std::vector<CellRecord> records;
+  // size_bytes -> figure: cudaMemcpy device -> cudaHostAlloc memory, the
+  // reverse, and cudaMalloc -> cudaMalloc.
+  std::map<std::uint64_t, BaselineFigure> d2h_pinned, h2d_pinned, d2d;
+};
+
 struct BenchReport {
   std::string host;                  // hostname
   std::string started_at;            // ISO 8601 UTC
@@ -77,6 +99,7 @@ struct BenchReport {
   std::uint64_t reference_size = 0;  // the size the single-number baselines in the JSON are taken at
   std::vector<CellRecord> records;
   Baselines baselines;
+  GpuSection gpu;
 };
 
 }  // namespace wsbench

@@ -1,5 +1,6 @@
-// The machine-readable outputs: write_csv (one line per record) and write_json
-// (records, baselines, targets; nlohmann::ordered_json, NaN -> null).
+// The machine-readable outputs: write_csv (one line per host record) and
+// write_json (records, baselines, the GPU part, targets;
+// nlohmann::ordered_json, NaN -> null).
 #include "report.h"
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report_common.h"
+#include "report_gpu.h"
 
 namespace wsbench {
 
@@ -179,6 +181,7 @@ Json build_json(const BenchReport& report, const std::vector<TargetCheck>& check
   }
   base["notes"] = std::move(notes);
   j["baselines"] = std::move(base);
+  j["gpu"] = report_detail::gpu_json(report);
 
   Json targets = Json::array();
   for (const TargetCheck& c : checks) {

@@ -1,11 +1,13 @@
 // The text tables of a run: print_table (the results, then the limits measured
-// in the same run) and print_targets, on fixed-width columns (TextTable).
+// in the same run, then the GPU rows and limits: print_gpu_tables) and
+// print_targets, on fixed-width columns (TextTable).
 #include "report.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "report_common.h"
+#include "report_gpu.h"
 
 namespace wsbench {
 
@@ -192,11 +195,86 @@ void print_table(std::FILE* out, const BenchReport& report) {
     std::vector<std::string> limit_lines = limits.render();
     for (std::string& l : limit_lines) l = truncate(l, kMaxLine);
     print_lines(out, limit_lines);
+    report_detail::print_gpu_tables(out, report);
     std::fflush(out);
   } catch (...) {
     // Never throws; a failed write leaves the output cut short.
   }
 }
+
+namespace report_detail {
+
+void print_gpu_tables(std::FILE* out, const BenchReport& report) {
+  const GpuSection& g = report.gpu;
+  if (g.records.empty() && g.not_measured.empty()) return;
+  fmt::print(out, "\nGPU rows (--gpu {}), 1 reader; ratio = GB/s median / limit\n", g.mode);
+  if (!g.not_measured.empty()) {
+    fmt::print(out, "  not measured: {}\n", one_line(g.not_measured));
+  } else {
+    fmt::print(out, "  device: {}\n", one_line(g.device));
+  }
+  fmt::print(out,
+             "  publish_from_device: size / (enqueue to commit) into host slots; staged: a pull over the "
+             "transport into cudaMalloc memory; cuda_ipc: device slots into cudaMalloc memory\n");
+  TextTable rows({{"row", "", true},
+                  {"transport", "", true},
+                  {"detail", "", true},
+                  {"size", "", false},
+                  {"reps", "", false},
+                  {"GB/s", "median", false},
+                  {"GB/s", "p99", false},
+                  {"latency", "med ms", false},
+                  {"latency", "p99 ms", false},
+                  {"limit", "", true},
+                  {"limit", "GB/s", false},
+                  {"ratio", "to limit", false}});
+  for (const CellRecord& r : g.records) {
+    std::vector<std::string> cells = {r.gpu_mode, r.transport, r.detail.empty() ? "-" : r.detail,
+                                      format_size(r.size_bytes)};
+    if (!r.not_measured.empty()) {
+      rows.add(Row{std::move(cells), "not measured"});
+      continue;
+    }
+    if (!r.error.empty()) {
+      rows.add(Row{std::move(cells), "FAILED: " + r.error});
+      continue;
+    }
+    cells.push_back(std::to_string(r.repetitions));
+    cells.push_back(gbps_text(r.gbps_median));
+    cells.push_back(gbps_text(r.gbps_p99));
+    cells.push_back(ms_text(r.latency_s_median));
+    cells.push_back(ms_text(r.latency_s_p99));
+    cells.push_back(r.limit_name.empty() ? "-" : r.limit_name);
+    cells.push_back(gbps_text(r.limit_gbps));
+    cells.push_back(percent_text(r.ratio_to_limit));
+    rows.add(Row{std::move(cells), ""});
+  }
+  print_lines(out, rows.render());
+
+  // The limits, one line per size.
+  TextTable limits({{"GPU limit", "", true},
+                    {"size", "", false},
+                    {"reps", "", false},
+                    {"GB/s", "", false},
+                    {"note", "", true}});
+  const std::vector<std::pair<std::string, const std::map<std::uint64_t, BaselineFigure>*>> series = {
+      {"cudaMemcpy D2H, device -> pinned host", &g.d2h_pinned},
+      {"cudaMemcpy H2D, pinned host -> device", &g.h2d_pinned},
+      {"cudaMemcpy D2D, device -> device", &g.d2d}};
+  for (const auto& [name, figures] : series) {
+    for (const auto& [size, f] : *figures) {
+      limits.add(Row{{name, format_size(size), std::to_string(f.repetitions), gbps_text(f.gbps),
+                      f.note.empty() ? "" : one_line(f.note)},
+                     ""});
+    }
+  }
+  fmt::print(out, "\nGPU limits measured in the same run (median; cudaHostAlloc / cudaMalloc buffers)\n");
+  std::vector<std::string> lines = limits.render();
+  for (std::string& l : lines) l = truncate(l, kMaxLine);
+  print_lines(out, lines);
+}
+
+}  // namespace report_detail
 
 void print_targets(std::FILE* out, const std::vector<TargetCheck>& checks) {
   try {

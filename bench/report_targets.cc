@@ -1,5 +1,6 @@
 // The performance targets of docs/performance.md checked against a run:
-// evaluate_targets, one TargetCheck per target and qualifying row.
+// evaluate_targets, one TargetCheck per target and qualifying row (the GPU
+// targets come from report_gpu.cc).
 #include "report.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "report_common.h"
+#include "report_gpu.h"
 #include "stats.h"
 
 namespace wsbench {
@@ -264,6 +266,7 @@ std::vector<TargetCheck> evaluate_targets(const BenchReport& report) {
     check_ucx(report, &checks);
     check_checkpoint(report, &checks);
     check_publish(report, &checks);
+    report_detail::check_gpu(report, &checks);
   } catch (...) {
     // Out of memory while formatting: return what was evaluated.
   }

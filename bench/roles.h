@@ -7,8 +7,13 @@
 //
 // Publisher role (a child on stdin/stdout, or `weightsync-bench server` on a
 // TCP connection):
-//   SETUP <size_bytes>      -> READY <address> <slot_allocator>
-//   PUBLISH <v>             -> COMMITTED <v> <copy_s> <commit_ns>
+//   SETUP <size_bytes> [<source> <slots>]
+//                           -> READY <address> <slot_allocator>
+//                              source: host (default; publish() from a HostBuffer) or cuda
+//                              (publish_from_device() from cudaMalloc memory); slots: host
+//                              (default) or cuda (PublisherOptions::slot_memory = kCuda)
+//   PUBLISH <v>             -> COMMITTED <v> <copy_s> <commit_ns>  (a cuda source: copy_s is
+//                              flush_device_publishes()' copy_seconds, enqueue to commit)
 //   SERVED                  -> SERVED <cpu_s> <compute_rate> <window_s>  (since the last commit;
 //                              cpu_s excludes the compute loop; compute_rate is loop passes/s, 0
 //                              when it is off; window_s is the time since the commit)
@@ -19,12 +24,14 @@
 //   TEARDOWN                -> TEARDOWN             (drops the Publisher; SETUP may follow)
 //   QUIT                    -> (exits)
 // Reader role (a child on stdin/stdout; started with the publisher's address,
-// transport and size):
+// transport, size and destination memory, host or cuda):
 //   (on start)              -> READY <transport>
 //   PULL <v>                -> COPIED <memcpy_s>  (a memcpy of the same size into the destination:
-//                              the paired baseline), then, once v is published,
-//                           -> HELD <v> <pull_s> <held_ns> <cpu_s>   (waits up to 60 s for v, then one
-//                              Subscriber::pull into the pre-faulted buffer; checks the version marks)
+//                              the paired baseline; 0 for a cuda destination, which has none), then,
+//                              once v is published,
+//                           -> HELD <v> <pull_s> <held_ns> <cpu_s> <staged>   (waits up to 60 s for v,
+//                              then one Subscriber::pull into the pre-faulted buffer; checks the
+//                              version marks; staged: PullResult::staged, 0 or 1)
 //   QUIT                    -> (exits)
 #pragma once
 
@@ -45,8 +52,9 @@ int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config
 
 struct ReaderRoleConfig {
   std::string address;
-  std::string transport;  // forced: "tcp", "shm", "ucx", "verbs"
+  std::string transport;  // forced: "tcp", "shm", "ucx", "verbs", "cuda_ipc"
   std::uint64_t size = 0;
+  std::string destination = "host";  // "host" (HostBuffer) or "cuda" (cudaMalloc, MemoryKind::kCuda)
 };
 
 int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config);
@@ -56,5 +64,7 @@ int run_reader_role(wsutil::LineStream& io, const ReaderRoleConfig& config);
 // is what is measured).
 void mark_image(void* image, std::uint64_t size, std::uint64_t version);
 bool image_has_marks(const void* image, std::uint64_t size, std::uint64_t version);
+// The same two marks as values: `head` at offset 0, `tail` at size - 8.
+void image_marks(std::uint64_t version, std::uint64_t* head, std::uint64_t* tail);
 
 }  // namespace wsbench

@@ -1,5 +1,6 @@
 // run_sweep(): baselines first, then each cell as a publisher process (or a
-// remote server) and N reader processes driven over the roles.h protocol.
+// remote server) and N reader processes driven over the roles.h protocol,
+// then the CUDA copy limits and the GPU rows the same way.
 #include "sweep.h"
 
 #include <netdb.h>
@@ -21,6 +22,8 @@
 
 #include "baselines.h"
 #include "child_process.h"
+#include "cuda_limits.h"
+#include "gpu_rows.h"
 #include "line_stream.h"
 #include "report.h"
 #include "stats.h"
@@ -167,6 +170,7 @@ CellRecord run_cell(const SweepConfig& config, const CellSpec& spec, wsutil::Lin
   record.detail = spec.transport.detail;
   record.size_bytes = spec.size;
   record.readers = spec.readers;
+  record.gpu_mode = gpu_row_name(spec.gpu);
   try {
     const auto env = cell_environment(spec.transport);
     std::unique_ptr<PublisherLink> publisher;
@@ -177,18 +181,24 @@ CellRecord run_cell(const SweepConfig& config, const CellSpec& spec, wsutil::Lin
           wsutil::ChildProcess::spawn({config.self_exe, "publisher-role"}, env));
     }
     const auto setup_timeout = seconds(120);
-    publisher->send("SETUP " + std::to_string(spec.size));
+    // SETUP <size> <source> <slots> (roles.h); host rows keep the short form a server understands.
+    std::string setup = "SETUP " + std::to_string(spec.size);
+    if (spec.gpu == GpuRow::kPublishFromDevice) setup += " cuda host";
+    if (spec.gpu == GpuRow::kCudaIpc) setup += " host cuda";
+    publisher->send(setup);
     std::istringstream ready(expect(publisher->receive(setup_timeout), "READY ", "publisher", setup_timeout));
     std::string address, allocator;
     ready >> address >> allocator;
     address = reachable_address(address, config.remote);
 
+    const bool cuda_destination = spec.gpu == GpuRow::kStagedPull || spec.gpu == GpuRow::kCudaIpc;
     std::vector<Reader> readers;
     for (int i = 0; i < spec.readers; ++i) {
       readers.push_back(Reader{
-          wsutil::ChildProcess::spawn({config.self_exe, "reader-role", "--address", address, "--transport",
-                                       spec.transport.transport, "--size", std::to_string(spec.size)},
-                                      env),
+          wsutil::ChildProcess::spawn(
+              {config.self_exe, "reader-role", "--address", address, "--transport", spec.transport.transport,
+               "--size", std::to_string(spec.size), "--destination", cuda_destination ? "cuda" : "host"},
+              env),
           "reader " + std::to_string(i + 1)});
     }
     for (auto& r : readers) {
@@ -209,7 +219,7 @@ CellRecord run_cell(const SweepConfig& config, const CellSpec& spec, wsutil::Lin
       for (auto& r : readers) {
         const double copy_s =
             std::stod(expect(r.process.read_line(round_timeout), "COPIED ", r.name, round_timeout));
-        if (record_it) memcpy_s.push_back(copy_s);
+        if (record_it && copy_s > 0) memcpy_s.push_back(copy_s);  // 0: none (a cuda destination)
       }
       const auto sent = std::chrono::steady_clock::now();
       publisher->send("PUBLISH " + std::to_string(version));
@@ -232,10 +242,19 @@ CellRecord run_cell(const SweepConfig& config, const CellSpec& spec, wsutil::Lin
         std::uint64_t got = 0;
         double pull_s = 0, cpu_s = 0;
         std::int64_t held_ns = 0;
-        held >> got >> pull_s >> held_ns >> cpu_s;
+        int staged = 0;
+        held >> got >> pull_s >> held_ns >> cpu_s >> staged;
         if (got != version) {
           throw CellError(r.name + " delivered version " + std::to_string(got) + ", expected " +
                           std::to_string(version));
+        }
+        if (spec.gpu == GpuRow::kStagedPull && staged != 1) {
+          throw CellError(r.name +
+                          ": the pull into device memory did not go through the staging ring "
+                          "(PullResult::staged is false)");
+        }
+        if (spec.gpu == GpuRow::kCudaIpc && staged != 0) {
+          throw CellError(r.name + ": the cuda_ipc pull went through the staging ring, not device to device");
         }
         last_held_ns = std::max(last_held_ns, held_ns);
         pulls.push_back(pull_s);
@@ -292,6 +311,13 @@ CellRecord run_cell(const SweepConfig& config, const CellSpec& spec, wsutil::Lin
     record.commit_to_all_s_p99 = percentile(commit_to_all, 99);
     record.publish_s_median = median(publish_s);
     record.memcpy_paired_gbps = gb / median(memcpy_s);
+    if (spec.gpu == GpuRow::kPublishFromDevice) {
+      // The row's figure is the device publish, enqueue to commit; the reader only checked the bytes.
+      record.latency_s_median = record.publish_s_median;
+      record.latency_s_p99 = percentile(publish_s, 99);
+      record.gbps_median = gb / record.latency_s_median;
+      record.gbps_p99 = gb / record.latency_s_p99;
+    }
     const double delivered_gb = gb * spec.readers * repetitions;
     record.publisher_cpu_s_per_gb = publisher_cpu / delivered_gb;
     record.reader_cpu_s_per_gb = reader_cpu / delivered_gb;
@@ -352,6 +378,74 @@ void report_baseline(std::FILE* progress, const std::string& name, std::uint64_t
     std::fprintf(progress, "  %-34s %9s  %7.2f GB/s\n", name.c_str(), format_size(size).c_str(), f.gbps);
   }
   std::fflush(progress);
+}
+
+std::string row_name(const CellSpec& spec) {
+  std::string name =
+      spec.transport.transport + (spec.transport.detail.empty() ? "" : " " + spec.transport.detail);
+  if (spec.gpu == GpuRow::kPublishFromDevice) name = "publish from cuda (check: " + name + ")";
+  if (spec.gpu == GpuRow::kStagedPull) name += " -> cuda, staged";
+  if (spec.gpu == GpuRow::kCudaIpc) name += " -> cuda";
+  return name + " " + format_size(spec.size) + " x" + std::to_string(spec.readers);
+}
+
+// The GPU part of the run: the CUDA copy limits at the GPU rows' sizes, then
+// the rows; or, when they cannot be measured, every one of them recorded as
+// not measured with the reason.
+void run_gpu_rows(const SweepConfig& config, BenchReport& report, std::FILE* progress,
+                  const std::function<double()>& elapsed) {
+  GpuSection& g = report.gpu;
+  g.mode = config.gpu_mode;
+  g.not_measured = config.gpu_not_measured;
+  g.device = config.gpu_device;
+  std::set<std::uint64_t> sizes;
+  for (const CellSpec& c : config.gpu_cells) sizes.insert(c.size);
+  if (!g.not_measured.empty()) {
+    BaselineFigure none;
+    none.note = "not measured: " + g.not_measured;
+    for (std::uint64_t size : sizes) g.d2h_pinned[size] = g.h2d_pinned[size] = g.d2d[size] = none;
+    for (const CellSpec& spec : config.gpu_cells) {
+      CellRecord r;
+      r.transport = spec.transport.transport;
+      r.detail = spec.transport.detail;
+      r.size_bytes = spec.size;
+      r.readers = spec.readers;
+      r.gpu_mode = gpu_row_name(spec.gpu);
+      r.not_measured = g.not_measured;
+      g.records.push_back(std::move(r));
+    }
+    std::fprintf(progress, "GPU rows and limits: not measured: %s\n", g.not_measured.c_str());
+    std::fflush(progress);
+    return;
+  }
+  if (config.gpu_cells.empty()) return;
+  std::fprintf(progress, "GPU limits on %s (cudaMemcpy, host clock, median):\n", g.device.c_str());
+  for (std::uint64_t size : sizes) {
+    const int reps = std::max(5, reps_at(config, size));
+    g.d2h_pinned[size] = measure_cuda_copy(CudaCopy::kDeviceToPinnedHost, size, reps);
+    report_baseline(progress, "D2H, device -> pinned host", size, g.d2h_pinned[size]);
+    g.h2d_pinned[size] = measure_cuda_copy(CudaCopy::kPinnedHostToDevice, size, reps);
+    report_baseline(progress, "H2D, pinned host -> device", size, g.h2d_pinned[size]);
+    g.d2d[size] = measure_cuda_copy(CudaCopy::kDeviceToDevice, size, reps);
+    report_baseline(progress, "D2D, device -> device", size, g.d2d[size]);
+  }
+  std::fprintf(progress, "GPU rows (%zu), 1 reader, no compute loop:\n", config.gpu_cells.size());
+  std::size_t index = 0;
+  for (const CellSpec& spec : config.gpu_cells) {
+    ++index;
+    std::fprintf(progress, "  [%zu/%zu] %-52s ", index, config.gpu_cells.size(), row_name(spec).c_str());
+    std::fflush(progress);
+    CellRecord record = run_cell(config, spec, nullptr, [] {});
+    if (record.error.empty()) {
+      std::fprintf(progress, "%6.2f GB/s median, %6.2f p99 (%.1f s)\n", record.gbps_median, record.gbps_p99,
+                   elapsed());
+    } else {
+      std::fprintf(progress, "FAILED: %s\n", record.error.c_str());
+    }
+    std::fflush(progress);
+    g.records.push_back(std::move(record));
+  }
+  attach_gpu_limits(&report);
 }
 
 }  // namespace
@@ -457,6 +551,7 @@ BenchReport run_sweep(const SweepConfig& config, std::FILE* progress) {
     std::fflush(progress);
     report.records.push_back(std::move(record));
   }
+  run_gpu_rows(config, report, progress, elapsed);
   if (remote) remote->write_line("QUIT");
   return report;
 }

@@ -1,5 +1,6 @@
 // The sweep: every cell (transport x size x readers) run as real processes,
-// plus the machine's limits measured in the same run (baselines.h).
+// plus the machine's limits measured in the same run (baselines.h), then the
+// GPU rows (gpu_rows.h) after the CUDA copy limits (cuda_limits.h).
 //
 // Local mode starts, per cell, a publisher process and N reader processes of
 // this same executable (roles.h), with the cell's UCX_TLS in their
@@ -23,11 +24,20 @@ struct TransportSpec {
   std::string detail;     // UCX_TLS for ucx, else ""
 };
 
+// What a GPU row measures (CellRecord::gpu_mode); kNone for the host rows.
+enum class GpuRow {
+  kNone,
+  kPublishFromDevice,  // publish_from_device() from cudaMalloc memory into host slots; a host reader checks
+  kStagedPull,         // host slots, a pull over `transport` into a cudaMalloc destination (staging ring)
+  kCudaIpc,            // device slots, a cuda_ipc pull into a cudaMalloc destination
+};
+
 struct CellSpec {
   TransportSpec transport;
   std::uint64_t size = 0;
   int readers = 1;
   int compute_rounds = -1;  // -1: SweepConfig::compute_rounds
+  GpuRow gpu = GpuRow::kNone;
 };
 
 struct SweepConfig {
@@ -48,6 +58,13 @@ struct SweepConfig {
   std::vector<std::uint64_t> checkpoint_fsync_sizes;  // the forced-to-disk variant at these
   std::string checkpoint_dir = "/var/tmp";
   double iperf3_seconds = 2.0;
+  // The GPU rows (gpu_rows.h: plan_gpu_cells), run after `cells`, and their
+  // CUDA copy limits at their sizes. gpu_not_measured non-empty: none is run,
+  // each is reported "not measured" with that reason.
+  std::vector<CellSpec> gpu_cells;
+  std::string gpu_mode = "auto";
+  std::string gpu_not_measured;
+  std::string gpu_device;  // shown in the report
 };
 
 // Runs the baselines, then the cells, printing progress to `progress`.

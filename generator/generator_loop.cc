@@ -127,6 +127,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
                          {"wait_seconds", r.wait_seconds},
                          {"retries", r.retries},
                          {"transport", subscriber_->transport()},
+                         {"staged", r.staged},
                          {"xxh3", loop::weights_digest(model_)},
                          {"time", end}});
       }

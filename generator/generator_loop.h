@@ -25,6 +25,10 @@
 // - stop (set from a signal handler) is checked between every blocking step;
 //   run() then returns promptly (within about a second plus the rollout in
 //   progress).
+// - Device: pulls land in the model's buffer wherever it lives; for a CUDA
+//   model straight in device memory (loop::policy_destination; the library
+//   stages through page-locked host chunks unless the transport writes device
+//   memory itself), and the pull line's "staged" says which.
 // - Threads: run() on one thread; the model uses torch's intra-op threads.
 #pragma once
 

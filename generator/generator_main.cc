@@ -4,10 +4,13 @@
 // docs/rl_protocol.md).
 //
 //   generator --trainer HOST:PORT --trajectories tcp://HOST:PORT --checkpoint FILE
-//             [--id K] [--mode sync|async] [--prompts P] [--group-size G] ...
+//             [--id K] [--mode sync|async] [--prompts P] [--group-size G] [--device cpu|cuda] ...
 //
 // --checkpoint is the trainer's starting policy file: it gives the model's
 // shape and prompt format (its weights are replaced by the first pull).
+// --device cuda keeps the policy on the GPU and pulls straight into its device
+// buffer; it checks at start-up that libtorch and libweightsync can both use
+// a GPU, and otherwise exits 1 naming why, before any other work.
 // Exit codes: 0 stopped (signal or --rounds reached), 1 a failure (lost
 // trainer past --trainer-timeout, bad checkpoint, ...), 2 bad usage.
 #include <CLI/CLI.hpp>
@@ -21,6 +24,7 @@
 #include <string>
 
 #include "generator/generator_loop.h"
+#include "loop/device.h"
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
 #include "policy/cpu_threads.h"
@@ -49,6 +53,7 @@ int main(int argc, char** argv) try {
   std::string task = "compositional:easy";
   int threads = 1;
   int trainer_timeout_s = 60;
+  std::string device_name = "cpu";
   CLI::App app{
       "RL rollout worker: pulls the trainer's newest policy through libweightsync, rolls out Zorplex "
       "episodes "
@@ -87,7 +92,17 @@ int main(int argc, char** argv) try {
   app.add_option("--transport", options.transport, "Weight transport: auto, ucx, shm, tcp, verbs");
   app.add_option("--out", out_dir, "Folder for generator-K.jsonl (metrics) and timeline-generator-K.jsonl");
   app.add_option("--threads", threads, "Torch CPU threads")->check(CLI::Range(1, 256));
+  app.add_option("--device", device_name,
+                 "Where the policy samples: cpu, or cuda (the first visible GPU; pulls land in device "
+                 "memory)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
+  auto device = loop::select_device(device_name);
+  if (!device) return fail(device.error().message);
+  if (device.value().is_cuda()) {
+    std::printf("generator %u: policy on %s\n", options.id, loop::describe_device(device.value()).c_str());
+    std::fflush(stdout);
+  }
   options.sync = mode == "sync";
   options.trainer_timeout = std::chrono::seconds(trainer_timeout_s);
   if (const char* secret = std::getenv("WEIGHTSYNC_SECRET")) options.secret = secret;
@@ -108,7 +123,7 @@ int main(int argc, char** argv) try {
   if (!contents) return fail(contents.error().message);
   auto format = loop::prompt_format_of(contents.value().metadata);
   if (!format) return fail(policy_path + ": " + format.error().message);
-  auto model = policy::load_model(policy_path);
+  auto model = policy::load_model(policy_path, device.value());
   if (!model) return fail(policy_path + ": " + model.error().message);
 
   std::unique_ptr<loop::JsonlFile> metrics;

@@ -6,14 +6,17 @@
 #
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
-#          [--temperature T] [--batch-groups B] [--resume] [-- more trainer options]
+#          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--resume]
+#          [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
+# --device goes to the trainer and every generator (default cpu).
 # Across hosts run the same two executables yourself: see docs/rl_loop.md.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
+device=cpu
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,9 +29,10 @@ while [ $# -gt 0 ]; do
     --group-size) group_size="$2"; shift 2 ;;
     --temperature) temperature="$2"; shift 2 ;;
     --batch-groups) batch_groups="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "rl-run: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,7 +57,7 @@ trap 'exit 130' INT TERM
 
 "$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
   --generators "$generators" --prompts-per-round "$prompts" --temperature "$temperature" \
-  --batch-groups "$batch_groups" --threads 2 --address-file "$out/address.json" $resume "${extra[@]}" \
+  --batch-groups "$batch_groups" --device "$device" --threads 2 --address-file "$out/address.json" $resume "${extra[@]}" \
   > >(tee -a "$out/trainer.log") 2>&1 &
 trainer_pid=$!
 
@@ -67,7 +71,7 @@ trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$out/address.json
 for id in $(seq 0 $((generators - 1))); do
   "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --threads 1 --out "$out" >> "$out/generator-$id.log" 2>&1 &
+    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "weightsync/cuda.h"
 #include "weightsync/settings.h"
 #include "weightsync/transports.h"
 #include "weightsync/version.h"
@@ -53,7 +54,13 @@ int main(int argc, char** argv) {
                   i ? ", " : "", json_escape(t.name).c_str(), t.viable ? "true" : "false",
                   json_escape(t.reason).c_str(), json_escape(t.description).c_str());
     }
-    std::printf("], \"settings\": [");
+    const weightsync::CudaInfo cuda = weightsync::cuda_info();
+    std::printf(
+        "], \"cuda\": {\"built\": %s, \"usable\": %s, \"reason\": \"%s\", \"devices\": %d, \"device\": "
+        "\"%s\"}",
+        cuda.built ? "true" : "false", cuda.usable ? "true" : "false", json_escape(cuda.reason).c_str(),
+        cuda.device_count, json_escape(cuda.device_name).c_str());
+    std::printf(", \"settings\": [");
     for (std::size_t i = 0; i < settings.size(); ++i) {
       const auto& s = settings[i];
       std::printf(
@@ -69,9 +76,18 @@ int main(int argc, char** argv) {
   std::printf("# weightsync %s\n#\n# Data transports (negotiation order: best first)\n",
               weightsync::version());
   for (const auto& t : transports) {
-    std::printf("#   %-6s %-10s %s\n", t.name.c_str(), t.viable ? "viable" : "NOT VIABLE",
+    std::printf("#   %-8s %-10s %s\n", t.name.c_str(), t.viable ? "viable" : "NOT VIABLE",
                 t.description.c_str());
-    if (!t.viable) std::printf("#          why: %s\n", t.reason.c_str());
+    if (!t.viable) std::printf("#            why: %s\n", t.reason.c_str());
+  }
+  const weightsync::CudaInfo cuda = weightsync::cuda_info();
+  std::printf("#\n# CUDA memory (slots, destinations, device publishes)\n");
+  if (cuda.usable) {
+    std::printf("#   usable: %d device(s), current: %s (runtime %d, driver %d)\n", cuda.device_count,
+                cuda.device_name.c_str(), cuda.runtime_version, cuda.driver_version);
+  } else {
+    std::printf("#   NOT USABLE (%s): %s\n", cuda.built ? "built with CUDA" : "built without CUDA",
+                cuda.reason.c_str());
   }
   std::printf("#\n# Settings (option > environment > default)\n");
   for (const auto& s : settings) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "channel/group_channel.h"
+#include "loop/device.h"
 #include "loop/policy_weights.h"
 #include "rollout/eval_summary.h"
 #include "weightsync/publisher.h"
@@ -104,6 +105,10 @@ zorplex::Result<bool> TrainerLoop::write_address_file() const {
 }
 
 zorplex::Result<bool> TrainerLoop::publish() {
+  return model_.device().is_cuda() ? publish_device() : publish_host();
+}
+
+zorplex::Result<bool> TrainerLoop::publish_host() {
   const double start = loop::wall_clock_seconds();
   auto published = loop::publish_policy(*publisher_, version_, model_);
   if (!published) return published.error();
@@ -115,6 +120,41 @@ zorplex::Result<bool> TrainerLoop::publish() {
                    {"seconds", end - start},
                    {"xxh3", loop::weights_digest(model_)},
                    {"time", end}});
+  return true;
+}
+
+zorplex::Result<bool> TrainerLoop::publish_device() {
+  auto flushed = flush_publish();  // the library would wait for it anyway
+  if (!flushed) return flushed.error();
+  const double start = loop::wall_clock_seconds();
+  auto enqueued =
+      loop::publish_policy_from_device(*publisher_, version_, model_, loop::publish_stream(model_.device()));
+  if (!enqueued) return enqueued.error();
+  const double end = loop::wall_clock_seconds();
+  timeline_.span("publish", start, end, {{"version", version_}, {"device", true}});
+  pending_publish_ =
+      PendingPublish{version_, loop::weights_digest(model_), enqueued.value().enqueue_seconds, end};
+  return true;
+}
+
+zorplex::Result<bool> TrainerLoop::flush_publish() {
+  if (!pending_publish_) return true;
+  const PendingPublish pending = *pending_publish_;
+  pending_publish_.reset();
+  auto committed = publisher_->flush_device_publishes();
+  if (!committed.ok())
+    return zorplex::Error{"publishing version " + std::to_string(pending.version) +
+                          " from the device: " + committed.status().message()};
+  const weightsync::PublishResult& r = committed.value();
+  metrics_->write({{"event", "publish"},
+                   {"version", pending.version},
+                   {"bytes", publisher_->layout().payload_bytes()},
+                   {"seconds", r.copy_seconds},
+                   {"xxh3", pending.digest},
+                   {"time", pending.time},
+                   {"device", "cuda"},
+                   {"enqueue_seconds", pending.enqueue_seconds},
+                   {"commit_copy_seconds", r.copy_seconds}});
   return true;
 }
 
@@ -245,6 +285,16 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
     report.applied = false;
     const double lr = scheduled_lr(options_, step_);
     updater_.set_lr(lr);
+    // The previous version's device copy must have read the parameters
+    // before the update writes them: the update's stream waits for it on the
+    // GPU (the host never blocks). Its metrics line is written at the next
+    // publish (flush_publish).
+    if (pending_publish_) {
+      const weightsync::Status ordered =
+          publisher_->order_after_device_publish(loop::publish_stream(model_.device()));
+      if (!ordered.ok())
+        return zorplex::Error{"ordering the update after the device publish: " + ordered.message()};
+    }
     if (!groups.empty()) {
       auto updated = updater_.update(groups);
       if (!updated) {
@@ -323,6 +373,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
       if (!saved) return saved.error();
     }
   }
+  auto flushed = flush_publish();
+  if (!flushed) return flushed.error();
   auto saved = checkpoint();
   if (!saved) return saved.error();
   summary.steps = step_;

@@ -21,17 +21,30 @@
 //   counted; the replay buffer drops stale and zero-variance groups and
 //   counts them. Then one RlUpdater step at the scheduled learning rate, version + 1, publish, one metrics
 //   line (trainer.jsonl) and timeline spans. Versions only increase.
+// - Publishing, by the model's device. CPU: Publisher::publish(), one copy
+//   into a slot, committed before publish() returns; one "publish" line.
+//   CUDA: Publisher::publish_from_device() enqueues the copy (ordered after
+//   libtorch's queued kernels, loop/device.h) and returns; the version commits
+//   on the Publisher's thread while this one goes on. The result is collected
+//   (flush_device_publishes) before the next write to the parameters, i.e.
+//   before the next optimizer step, before the next publish and at the end;
+//   only then is its "publish" line written, with enqueue_seconds and
+//   commit_copy_seconds added. A failed device publish ends run() with its
+//   Error.
 // - Checkpoints (loop/rl_checkpoint.h) every checkpoint_every steps, at the
 //   end and when stopped; resume() continues from one.
 // - Errors: no trajectory for idle_timeout_s, a failed update or publish,
 //   or a failed checkpoint end run() with an Error (after trying to save).
-// - Threads: one thread; the Publisher serves pulls on its own threads
-//   while this one trains.
+// - Threads: one thread; the Publisher serves pulls (and commits device
+//   publishes) on its own threads while this one trains. The Publisher is
+//   destroyed before the model, so an in-flight device copy never reads
+//   freed memory.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,16 +124,30 @@ class TrainerLoop {
   };
   // Receives one message (waits up to 200 ms).
   Arrival receive_one(bool sync);
+  // Publishes the model as version_ (host or device path, see the contract).
   zorplex::Result<bool> publish();
+  zorplex::Result<bool> publish_host();
+  zorplex::Result<bool> publish_device();
+  // Collects the in-flight device publish, if any, and logs it.
+  zorplex::Result<bool> flush_publish();
   zorplex::Result<bool> checkpoint();
   zorplex::Result<bool> write_address_file() const;
 
   TrainerOptions options_;
-  policy::Transformer model_;
+  // A device publish enqueued and not yet collected.
+  struct PendingPublish {
+    std::uint64_t version = 0;
+    std::string digest;
+    double enqueue_seconds = 0.0;
+    double time = 0.0;  // wall clock when the enqueue returned
+  };
+
+  policy::Transformer model_;  // declared before publisher_: outlives it
   policy::Metadata carried_;
   training::RlUpdater updater_;
   algorithms::ReplayBuffer buffer_;
   std::unique_ptr<weightsync::Publisher> publisher_;
+  std::optional<PendingPublish> pending_publish_;
   std::unique_ptr<channel::GroupReceiver> receiver_;
   std::unique_ptr<loop::JsonlFile> metrics_;
   std::unique_ptr<loop::JsonlFile> timeline_file_;

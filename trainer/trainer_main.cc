@@ -4,10 +4,14 @@
 //
 //   trainer --start DIR --out DIR [--mode sync|async] [--steps N] [--algorithm grpo|reinforce|decoupled] ...
 //   trainer --start DIR --out DIR --resume ...      continue from DIR's checkpoint
+//   trainer ... --device cuda                       the policy on the GPU (loop/device.h)
 //
 // --start is the SFT checkpoint folder; when it has no policy yet the trainer
 // runs the SFT warm start into it first. Generators connect to the addresses
 // written to --address-file (scripts/rl-run.sh does all of this).
+// --device cuda checks at start-up that libtorch and libweightsync can both
+// use a GPU, and otherwise exits 1 naming why, before any other work (the SFT
+// warm start, when it runs, stays on the CPU).
 // Exit codes: 0 done, 1 a failure, 2 bad usage, 130 stopped by a signal
 // (after checkpointing).
 #include <CLI/CLI.hpp>
@@ -20,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "loop/device.h"
 #include "loop/rl_checkpoint.h"
 #include "policy/cpu_threads.h"
 #include "policy/safetensors.h"
@@ -56,6 +61,7 @@ int main(int argc, char** argv) try {
   std::string bind = "127.0.0.1";
   std::uint16_t weights_port = 0;
   std::uint16_t trajectory_port = 0;
+  std::string device_name = "cpu";
   CLI::App app{
       "RL trainer for the Zorplex policy: trains on generator trajectories (REINFORCE, GRPO or decoupled "
       "PPO) and "
@@ -115,7 +121,17 @@ int main(int argc, char** argv) try {
   app.add_option("--address-file", options.address_file,
                  "Write the addresses generators need here (JSON: weights, trajectories)");
   app.add_option("--threads", threads, "Torch CPU threads (0: all CPUs)")->check(CLI::Range(0, 256));
+  app.add_option("--device", device_name,
+                 "Where the policy trains: cpu, or cuda (the first visible GPU; versions are published "
+                 "from device memory without blocking the step)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
+  auto device = loop::select_device(device_name);
+  if (!device) return fail(device.error().message);
+  if (device.value().is_cuda()) {
+    std::printf("trainer: policy on %s\n", loop::describe_device(device.value()).c_str());
+    std::fflush(stdout);
+  }
 
   options.sync = mode == "sync";
   if (options.sync) options.replay.max_staleness = 0;
@@ -139,21 +155,22 @@ int main(int argc, char** argv) try {
   options.publisher.port = weights_port;
   options.trajectory_endpoint =
       "tcp://" + bind + ":" + (trajectory_port == 0 ? std::string("*") : std::to_string(trajectory_port));
-  options.options_json = nlohmann::json{{"mode", mode},
-                                        {"algorithm", options.algorithm},
-                                        {"baseline", baseline},
-                                        {"lr", lr},
-                                        {"lr_schedule", options.lr_schedule},
-                                        {"min_lr_ratio", options.min_lr_ratio},
-                                        {"clip", clip},
-                                        {"temperature", options.update.sampling_temperature},
-                                        {"steps", options.steps},
-                                        {"generators", options.generators},
-                                        {"prompts_per_round", options.prompts_per_round},
-                                        {"batch_groups", options.batch_groups},
-                                        {"max_staleness", options.replay.max_staleness},
-                                        {"drop_zero_variance", options.replay.drop_zero_variance}}
-                             .dump();
+  nlohmann::json settings{{"mode", mode},
+                          {"algorithm", options.algorithm},
+                          {"baseline", baseline},
+                          {"lr", lr},
+                          {"lr_schedule", options.lr_schedule},
+                          {"min_lr_ratio", options.min_lr_ratio},
+                          {"clip", clip},
+                          {"temperature", options.update.sampling_temperature},
+                          {"steps", options.steps},
+                          {"generators", options.generators},
+                          {"prompts_per_round", options.prompts_per_round},
+                          {"batch_groups", options.batch_groups},
+                          {"max_staleness", options.replay.max_staleness},
+                          {"drop_zero_variance", options.replay.drop_zero_variance}};
+  settings["device"] = device_name;
+  options.options_json = settings.dump();
 
   policy::configure_cpu_threads(threads);
   std::signal(SIGINT, on_signal);
@@ -169,7 +186,7 @@ int main(int argc, char** argv) try {
       resuming ? loop::rl_policy_file(options.out_dir) : training::policy_file(start_dir);
   auto contents = policy::read_safetensors(policy_path);
   if (!contents) return fail(contents.error().message);
-  auto model = policy::load_model(policy_path);
+  auto model = policy::load_model(policy_path, device.value());
   if (!model) return fail(policy_path + ": " + model.error().message);
   const policy::Metadata metadata = contents.value().metadata;
 

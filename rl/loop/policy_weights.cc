@@ -41,14 +41,33 @@ zorplex::Result<weightsync::PublishResult> publish_policy(weightsync::Publisher&
   return published.value();
 }
 
+zorplex::Result<weightsync::PublishTicket> publish_policy_from_device(weightsync::Publisher& publisher,
+                                                                      std::uint64_t version,
+                                                                      const policy::Transformer& model,
+                                                                      void* cuda_stream) {
+  const torch::Tensor flat = model.flat_parameters();
+  if (!flat.is_cuda())
+    return zorplex::Error{"publishing version " + std::to_string(version) +
+                          " from the device: the policy is on " + flat.device().str()};
+  const std::size_t bytes = static_cast<std::size_t>(flat.numel()) * sizeof(float);
+  auto enqueued = publisher.publish_from_device(version, flat.data_ptr<float>(), bytes, cuda_stream);
+  if (!enqueued.ok())
+    return zorplex::Error{"publishing version " + std::to_string(version) +
+                          " from the device: " + enqueued.status().message()};
+  return enqueued.value();
+}
+
 weightsync::Destination policy_destination(const policy::Transformer& model) {
   const torch::Tensor flat = model.flat_parameters();
+  const weightsync::MemoryKind kind =
+      flat.is_cuda() ? weightsync::MemoryKind::kCuda : weightsync::MemoryKind::kHost;
   return weightsync::Destination::contiguous(flat.data_ptr<float>(),
-                                             static_cast<std::size_t>(flat.numel()) * sizeof(float));
+                                             static_cast<std::size_t>(flat.numel()) * sizeof(float), kind);
 }
 
 std::string weights_digest(const policy::Transformer& model) {
-  const torch::Tensor flat = model.flat_parameters().contiguous();
+  // to(kCPU) is a no-op for a host buffer and a blocking copy for a CUDA one.
+  const torch::Tensor flat = model.flat_parameters().to(torch::kCPU).contiguous();
   const XXH64_hash_t hash =
       XXH3_64bits(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()) * sizeof(float));
   char text[17];

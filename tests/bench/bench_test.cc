@@ -1,5 +1,6 @@
 // weightsync-bench's own logic: statistics, size formatting, the image marks
-// readers check, the target verdicts, and the JSON/CSV it writes.
+// readers check, the target verdicts, the JSON/CSV it writes, and the GPU
+// rows (--gpu, which rows, their limits, their targets and JSON).
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "gpu_rows.h"
 #include "records.h"
 #include "report.h"
 #include "roles.h"
@@ -177,5 +179,163 @@ TEST_CASE("bench: JSON and CSV carry every record and the baselines", "[bench]")
   CHECK_FALSE(error.empty());
   std::remove((dir + "/out.json").c_str());
   std::remove((dir + "/out.csv").c_str());
+  ::rmdir(dir.c_str());
+}
+
+namespace {
+
+CellRecord gpu_row(const std::string& mode, const std::string& transport, std::uint64_t size, double gbps) {
+  CellRecord r = row(transport, "", size, gbps);
+  r.gpu_mode = mode;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("bench: --gpu auto|on|off decides whether the GPU rows run, and why not", "[bench][gpu]") {
+  GpuFlag flag = GpuFlag::kOff;
+  CHECK(parse_gpu_flag("on", &flag));
+  CHECK(flag == GpuFlag::kOn);
+  CHECK(parse_gpu_flag("auto", &flag));
+  CHECK(flag == GpuFlag::kAuto);
+  CHECK_FALSE(parse_gpu_flag("yes", &flag));
+  CHECK(std::string(gpu_flag_name(GpuFlag::kOff)) == "off");
+
+  const auto usable = decide_gpu(GpuFlag::kAuto, true, "", true, false);
+  CHECK(usable.measure);
+  CHECK(usable.not_measured.empty());
+  const auto no_device = decide_gpu(GpuFlag::kAuto, false, "no CUDA driver", true, false);
+  CHECK_FALSE(no_device.measure);
+  CHECK_FALSE(no_device.fatal);
+  CHECK(no_device.not_measured == "no CUDA driver");
+  const auto required = decide_gpu(GpuFlag::kOn, false, "no CUDA device", true, false);
+  CHECK(required.fatal);
+  CHECK(required.not_measured == "no CUDA device");
+  const auto off = decide_gpu(GpuFlag::kOff, false, "", false, false);
+  CHECK_FALSE(off.measure);
+  CHECK_FALSE(off.fatal);
+  CHECK_THAT(off.not_measured, Catch::Contains("--gpu off"));
+  CHECK_THAT(decide_gpu(GpuFlag::kOn, true, "", true, true).not_measured, Catch::Contains("client mode"));
+  CHECK(decide_gpu(GpuFlag::kOn, true, "", true, true).fatal);
+  CHECK_THAT(decide_gpu(GpuFlag::kAuto, true, "", false, false).not_measured,
+             Catch::Contains("built without CUDA"));
+}
+
+TEST_CASE("bench: the GPU rows of a run: publish, a staged pull per transport, cuda_ipc", "[bench][gpu]") {
+  const std::vector<TransportSpec> transports = {{"ucx", "posix,self"}, {"shm", ""}, {"tcp", ""}};
+  const auto cells = plan_gpu_cells(transports, {64 * kMiB, kGiB});
+  REQUIRE(cells.size() == 10);
+  CHECK(cells[0].gpu == GpuRow::kPublishFromDevice);
+  CHECK(cells[0].transport.transport == "shm");  // the publish row's reader checks the bytes over shm
+  CHECK(cells[1].size == kGiB);
+  int staged = 0, ipc = 0;
+  for (const CellSpec& c : cells) {
+    CHECK(c.readers == 1);
+    CHECK(c.compute_rounds == 0);
+    staged += c.gpu == GpuRow::kStagedPull ? 1 : 0;
+    if (c.gpu == GpuRow::kCudaIpc) {
+      ++ipc;
+      CHECK(c.transport.transport == "cuda_ipc");
+    }
+  }
+  CHECK(staged == 6);
+  CHECK(ipc == 2);
+  CHECK(cells[2].transport.detail == "posix,self");
+  CHECK(plan_gpu_cells({{"tcp", ""}}, {kMiB})[0].transport.transport == "tcp");
+  CHECK(plan_gpu_cells({}, {kMiB}).empty());
+  CHECK(std::string(gpu_row_name(GpuRow::kStagedPull)) == "staged");
+}
+
+TEST_CASE("bench: each GPU row's limit: D2H, the slower of host pull and H2D, D2D", "[bench][gpu]") {
+  BenchReport report;
+  report.records.push_back(row("tcp", "", 64 * kMiB, 3.0));  // the tcp host-destination pull
+  report.baselines.memcpy_1t[64 * kMiB] = figure(10.0);
+  report.gpu.d2h_pinned[64 * kMiB] = figure(50.0);
+  report.gpu.h2d_pinned[64 * kMiB] = figure(20.0);
+  report.gpu.d2d[64 * kMiB] = figure(1000.0);
+  report.gpu.records.push_back(gpu_row("publish_from_device", "shm", 64 * kMiB, 45.0));
+  report.gpu.records.push_back(gpu_row("staged", "tcp", 64 * kMiB, 2.7));
+  report.gpu.records.push_back(gpu_row("staged", "shm", 64 * kMiB, 7.0));  // no shm host row: memcpy 1 thread
+  report.gpu.records.push_back(gpu_row("cuda_ipc", "cuda_ipc", 64 * kMiB, 700.0));
+  report.gpu.records.push_back(gpu_row("staged", "tcp", kGiB, 2.0));  // no H2D figure at 1 GiB
+
+  attach_gpu_limits(&report);
+  const auto& rows = report.gpu.records;
+  CHECK(rows[0].limit_name == "D2H pinned");
+  CHECK(rows[0].ratio_to_limit == Approx(0.9));
+  CHECK(rows[1].limit_name == "tcp host pull");
+  CHECK(rows[1].limit_gbps == Approx(3.0));
+  CHECK(rows[2].limit_name == "memcpy 1 thread");
+  CHECK(rows[2].limit_gbps == Approx(10.0));
+  CHECK(rows[3].limit_name == "D2D");
+  CHECK(rows[3].ratio_to_limit == Approx(0.7));
+  CHECK(std::isnan(rows[4].limit_gbps));
+  CHECK_THAT(gpu_limit_for(report, rows[1]).note, Catch::Contains("tcp host pull 3.00"));
+
+  report.gpu.h2d_pinned[64 * kMiB] = figure(2.5);  // H2D slower than the transport: it sets the limit
+  CHECK(gpu_limit_for(report, rows[1]).name == "H2D pinned");
+  CHECK(gpu_limit_for(report, rows[1]).gbps == Approx(2.5));
+
+  const auto checks = evaluate_targets(report);
+  const TargetCheck* publish = find_check(checks, "gpu: publish_from_device vs pinned D2H");
+  REQUIRE(publish != nullptr);
+  CHECK(publish->verdict == "met");
+  CHECK_THAT(publish->measured, Catch::StartsWith("90% (45.00 vs 50.00 GB/s"));
+  const TargetCheck* ipc = find_check(checks, "gpu: cuda_ipc pull into cuda vs D2D");
+  REQUIRE(ipc != nullptr);
+  CHECK(ipc->verdict == "MISSED");
+  CHECK_THAT(ipc->measured, Catch::StartsWith("70%"));
+  const TargetCheck* tcp =
+      find_check(checks, "gpu: tcp staged pull into cuda vs min(host pull, pinned H2D)", "1 GiB");
+  REQUIRE(tcp == nullptr);  // no H2D figure at 1 GiB: not measured, and says why
+  bool saw_missing_h2d = false;
+  for (const auto& c : checks) {
+    if (c.verdict == "not measured" && c.note.find("H2D pinned") != std::string::npos) saw_missing_h2d = true;
+  }
+  CHECK(saw_missing_h2d);
+}
+
+TEST_CASE("bench: GPU rows not measured say why, in the targets and the JSON", "[bench][gpu]") {
+  BenchReport report;
+  report.reference_size = kMiB;
+  report.records.push_back(row("tcp", "", kMiB, 2.0));
+  report.gpu.mode = "auto";
+  report.gpu.not_measured = "no CUDA driver";
+  CellRecord skipped = gpu_row("staged", "tcp", kMiB, NAN);
+  skipped.not_measured = "no CUDA driver";
+  report.gpu.records.push_back(skipped);
+  BaselineFigure none;
+  none.note = "not measured: no CUDA driver";
+  report.gpu.d2h_pinned[kMiB] = report.gpu.h2d_pinned[kMiB] = report.gpu.d2d[kMiB] = none;
+
+  const auto checks = evaluate_targets(report);
+  int gpu_checks = 0;
+  for (const auto& c : checks) {
+    if (c.name.rfind("gpu: ", 0) != 0) continue;
+    ++gpu_checks;
+    CHECK(c.verdict == "not measured");
+    CHECK(c.note == "no CUDA driver");
+  }
+  CHECK(gpu_checks == 3);
+
+  char dir_template[] = "/tmp/ws-bench-gpu-test-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  std::string error;
+  REQUIRE(write_json(dir + "/out.json", report, checks, &error));
+  const auto json = nlohmann::json::parse(slurp(dir + "/out.json"));
+  REQUIRE(json.contains("gpu"));
+  const auto& gpu = json["gpu"];
+  CHECK(gpu["mode"] == "auto");
+  CHECK(gpu["measured"] == false);
+  CHECK(gpu["not_measured"] == "no CUDA driver");
+  REQUIRE(gpu["records"].size() == 1);
+  CHECK(gpu["records"][0]["gpu_mode"] == "staged");
+  CHECK(gpu["records"][0]["gbps_median"].is_null());
+  CHECK(gpu["records"][0]["not_measured"] == "no CUDA driver");
+  REQUIRE(gpu["limits"]["by_size"].size() == 1);
+  CHECK(gpu["limits"]["by_size"][0]["d2h_pinned_gbps"].is_null());
+  CHECK(gpu["limits"]["notes"]["h2d_pinned"] == "not measured: no CUDA driver");
+  CHECK(json["records"].size() == 1);  // the host rows stay apart
+  std::remove((dir + "/out.json").c_str());
   ::rmdir(dir.c_str());
 }

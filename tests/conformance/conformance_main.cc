@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conformance.h"
+#include "weightsync/cuda.h"
 #include "weightsync/transports.h"
 
 namespace wstest {
@@ -22,8 +23,11 @@ const std::string& conformance_transport() {
 
 int main(int argc, char** argv) {
   std::vector<char*> rest;
+  bool require_cuda = false;
   for (int i = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--transport" && i + 1 < argc) {
+    if (std::string(argv[i]) == "--require-cuda") {
+      require_cuda = true;
+    } else if (std::string(argv[i]) == "--transport" && i + 1 < argc) {
       wstest::g_transport = argv[++i];
     } else {
       rest.push_back(argv[i]);
@@ -46,6 +50,15 @@ int main(int argc, char** argv) {
   if (!built) {
     std::printf("SKIPPED: transport '%s' is not built into this library\n", wstest::g_transport.c_str());
     return 77;
+  }
+  if (require_cuda) {
+    const weightsync::CudaInfo cuda = weightsync::cuda_info();
+    if (!cuda.usable) {
+      std::printf("SKIPPED: this case pulls into CUDA memory and no CUDA device can be used here: %s\n",
+                  cuda.reason.c_str());
+      return 77;
+    }
+    std::printf("conformance: CUDA device %s\n", cuda.device_name.c_str());
   }
   std::printf("conformance: transport %s\n", wstest::g_transport.c_str());
   return Catch::Session().run(static_cast<int>(rest.size()), rest.data());

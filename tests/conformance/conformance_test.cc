@@ -6,15 +6,26 @@
 
 #include <signal.h>
 
+#include <cstring>
+#include <functional>
 #include <thread>
 
 #include "conformance.h"
+#include "cuda/cuda_runtime.h"
+#include "host_staging.h"
 #include "peers.h"
 
 using namespace weightsync;
 using namespace wstest;
 
 namespace {
+
+// The suite's publisher: CUDA slots for the cuda_ipc transport (the only
+// one that serves them), host slots for every other.
+PeerPublisher start_conformance_peer(std::vector<std::string> args) {
+  if (conformance_transport() == "cuda_ipc") args.insert(args.end(), {"--slot-memory", "cuda"});
+  return start_peer_publisher(std::move(args));
+}
 
 SubscriberOptions options_for_transport(int io_timeout_ms = 5000) {
   return quick_options(io_timeout_ms, conformance_transport());
@@ -69,8 +80,8 @@ TEST_CASE("bit-exact pulls at several sizes, contiguous and scatter", "[bitexact
   const std::uint64_t size = GENERATE(1ull, (1ull << 20) + 13, 64ull << 20);
   const int tensors = size < 16 ? 1 : 5;
   INFO("size " << size);
-  auto peer = start_peer_publisher({"--size", std::to_string(size), "--tensors", std::to_string(tensors),
-                                    "--slots", "3", "--versions", "3", "--step"});
+  auto peer = start_conformance_peer({"--size", std::to_string(size), "--tensors", std::to_string(tensors),
+                                      "--slots", "3", "--versions", "3", "--step"});
   auto sub = connect_checked(peer.address, options_for_transport());
   const WeightLayout& layout = sub->layout();
   auto region = HostBuffer::allocate(layout.total_bytes());
@@ -99,7 +110,7 @@ TEST_CASE("bit-exact pulls at several sizes, contiguous and scatter", "[bitexact
 }
 
 TEST_CASE("torn-read stress: 2-slot ring, in-place writer, slow reader, 1000 pulls", "[torn]") {
-  auto peer = start_peer_publisher(
+  auto peer = start_conformance_peer(
       {"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "2", "--forever"});
   REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(10)));
   auto options = options_for_transport();
@@ -130,7 +141,7 @@ TEST_CASE("torn-read stress: 2-slot ring, in-place writer, slow reader, 1000 pul
 
 TEST_CASE("a publisher SIGKILLed mid-pull is an error within the timeout", "[dead-publisher]") {
   auto peer =
-      start_peer_publisher({"--size", std::to_string(128 << 20), "--tensors", "2", "--versions", "1"});
+      start_conformance_peer({"--size", std::to_string(128 << 20), "--tensors", "2", "--versions", "1"});
   REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(20)));
   constexpr int kTimeoutMs = 2000;
   auto r = pull_and_signal(peer, SIGKILL, kTimeoutMs);
@@ -145,7 +156,7 @@ TEST_CASE("a publisher SIGKILLed mid-pull is an error within the timeout", "[dea
 
 TEST_CASE("a publisher SIGSTOPped mid-pull is a timeout within 2x the timeout", "[stalled-publisher]") {
   auto peer =
-      start_peer_publisher({"--size", std::to_string(128 << 20), "--tensors", "2", "--versions", "1"});
+      start_conformance_peer({"--size", std::to_string(128 << 20), "--tensors", "2", "--versions", "1"});
   REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(20)));
   constexpr int kTimeoutMs = 1000;
   auto r = pull_and_signal(peer, SIGSTOP, kTimeoutMs);
@@ -251,4 +262,125 @@ TEST_CASE("no memory is registered on the pull path", "[registrations]") {
   CHECK(sub->stats().registrations == after_first);
   CHECK(sub->stats().pulls == 6);
   WARN(conformance_transport() << ": " << after_first << " registrations for 2 destinations, none after");
+}
+
+// ---- pulls into device memory ----
+
+namespace {
+
+// Pulls versions 1..3 of a stepping peer into `contiguous` (versions 1, 3)
+// and `scatter` (version 2) destinations of kind kCuda; `read_back` copies a
+// destination region to host memory for checking.
+void check_device_pulls(std::uint64_t size, SubscriberOptions options,
+                        const std::function<void*(std::size_t)>& allocate,
+                        const std::function<void(void*, const void*, std::size_t)>& read_back) {
+  const int tensors = size < 16 ? 1 : 5;
+  INFO("size " << size << ", staging " << options.staging_chunks << " x " << options.staging_chunk_bytes);
+  auto peer = start_conformance_peer({"--size", std::to_string(size), "--tensors", std::to_string(tensors),
+                                      "--slots", "3", "--versions", "3", "--step"});
+  auto sub = connect_checked(peer.address, options);
+  const WeightLayout& layout = sub->layout();
+  void* region = allocate(layout.total_bytes());
+  std::vector<ScatterEntry> entries;
+  for (const auto& t : layout.tensors())
+    entries.push_back(ScatterEntry{t.spec.name, allocate(t.bytes), t.bytes});
+  const bool direct = conformance_transport() == "cuda_ipc";
+  for (std::uint64_t version = 1; version <= 3; ++version) {
+    peer.process.write_line("next");
+    REQUIRE(peer.process.wait_for("PUBLISHED " + std::to_string(version), std::chrono::seconds(30)));
+    const bool scatter = version == 2;
+    auto pulled =
+        sub->pull(scatter ? Destination::scatter(entries, MemoryKind::kCuda)
+                          : Destination::contiguous(region, layout.total_bytes(), MemoryKind::kCuda));
+    INFO(pulled.status().to_string());
+    REQUIRE(pulled.ok());
+    CHECK(pulled->version == version);
+    CHECK(pulled->bytes == size);
+    CHECK(pulled->staged == !direct);
+    std::vector<char> host(layout.total_bytes());
+    if (scatter) {
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        read_back(host.data(), entries[i].data, entries[i].bytes);
+        CHECK(find_mismatch(host.data(), entries[i].bytes, version, layout.tensors()[i].offset) == -1);
+      }
+    } else {
+      read_back(host.data(), region, host.size());
+      CHECK(image_mismatch(layout, host.data(), version) == -1);
+    }
+  }
+  // The staging ring is made once: a steady pull loop registers nothing more.
+  const auto registered = sub->stats().registrations;
+  CHECK(sub->stats().staged_pulls == (direct ? 0u : 3u));
+  peer.process.write_line("next");
+  CHECK(sub->stats().registrations == registered);
+}
+
+}  // namespace
+
+TEST_CASE("staged pulls into device memory are bit-exact (host memory standing in for the GPU)", "[staged]") {
+  // The windowing, the chunk reuse and the per-window stamp checks of the
+  // staged path, on any machine: the "device" is host memory and its copy
+  // engine a thread that runs each chunk's copies 200 us late.
+  ScopedHostStaging host_device(std::chrono::microseconds(200));
+  std::vector<std::unique_ptr<std::vector<char>>> owned;
+  auto allocate = [&](std::size_t n) {
+    owned.push_back(std::make_unique<std::vector<char>>(n, '\x5a'));
+    return static_cast<void*>(owned.back()->data());
+  };
+  auto read_back = [](void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); };
+  auto options = options_for_transport();
+  // Small chunks: many windows, pieces split across chunks, scatter tensors spanning several.
+  options.staging_chunk_bytes = 64u << 10;
+  options.staging_chunks = GENERATE(std::size_t{2}, std::size_t{3});
+  const std::uint64_t size = GENERATE(1ull, (1ull << 20) + 13);
+  check_device_pulls(size, options, allocate, read_back);
+}
+
+TEST_CASE("staged pulls under torn-read stress deliver only whole versions", "[staged]") {
+  // A staged read of 1 MiB takes 16 windows; a publisher rewriting its two
+  // slots flat out would revoke every one of them (correctly, but the test
+  // would starve). Every 2 ms a new version: some reads tear, all must retry.
+  ScopedHostStaging host_device(std::chrono::microseconds(50));
+  auto peer = start_conformance_peer({"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "2",
+                                      "--forever", "--pause-us", "2000"});
+  REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(10)));
+  auto options = options_for_transport();
+  options.max_retries = 100000;
+  options.staging_chunk_bytes = 64u << 10;
+  auto sub = connect_checked(peer.address, options);
+  std::vector<char> device_stand_in(sub->layout().total_bytes());
+  std::uint64_t retries = 0;
+  for (int i = 0; i < 200; ++i) {
+    PullOptions pull;
+    pull.newer_than = 0;
+    auto pulled = sub->pull(
+        Destination::contiguous(device_stand_in.data(), device_stand_in.size(), MemoryKind::kCuda), pull);
+    INFO(pulled.status().to_string());
+    REQUIRE(pulled.ok());
+    REQUIRE(image_mismatch(sub->layout(), device_stand_in.data(), pulled->version) == -1);
+    retries += pulled->retries;
+  }
+  INFO("retries " << retries);
+  SUCCEED();
+}
+
+TEST_CASE("pulls into CUDA memory are bit-exact, contiguous and scatter", "[cuda]") {
+  // Run with --require-cuda: skipped (77) where no CUDA device can be used.
+  std::vector<detail::DeviceMemory> owned;
+  auto allocate = [&](std::size_t n) {
+    auto memory = detail::DeviceMemory::allocate(n);
+    INFO(memory.status().to_string());
+    REQUIRE(memory.ok());
+    owned.push_back(std::move(*memory));
+    return owned.back().data();
+  };
+  auto read_back = [](void* dst, const void* src, std::size_t n) {
+    auto copied = detail::copy_sync(dst, src, n);
+    INFO(copied.to_string());
+    REQUIRE(copied.ok());
+  };
+  const std::uint64_t size = GENERATE(1ull, (1ull << 20) + 13, 64ull << 20);
+  auto options = options_for_transport();
+  if (size < (8u << 20)) options.staging_chunk_bytes = 64u << 10;  // several windows at the small sizes too
+  check_device_pulls(size, options, allocate, read_back);
 }

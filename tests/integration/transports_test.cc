@@ -35,7 +35,7 @@ TEST_CASE("transports: listed best first, and verbs without a device says why an
     CHECK_FALSE(t.description.empty());
     if (!t.viable) CHECK_FALSE(t.reason.empty());  // every "no" comes with a reason
   }
-  CHECK(names == std::vector<std::string>{"verbs", "ucx", "shm", "tcp"});
+  CHECK(names == std::vector<std::string>{"verbs", "ucx", "cuda_ipc", "shm", "tcp"});
   CHECK(transports.back().viable);  // tcp works everywhere
   if (rdma_device_present()) {
     WARN("this machine has an RDMA device; the no-device half of this test did not run");

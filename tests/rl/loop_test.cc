@@ -3,6 +3,10 @@
 // over a real Publisher/Subscriber landing bit-exact in another model's
 // buffer), and the RL checkpoint (exact resume of weights, optimizer and
 // baseline; a pair from different steps refused; metadata carried over).
+// --device: cpu always, cuda refused with the reason where no GPU is usable;
+// where one is, the device publish -> staged pull round trip and a checkpoint
+// loaded onto the device (those cases only warn and return without a GPU).
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -11,10 +15,12 @@
 #include <filesystem>
 #include <string>
 
+#include "loop/device.h"
 #include "loop/policy_weights.h"
 #include "loop/rl_checkpoint.h"
 #include "policy/safetensors.h"
 #include "training/rl_update.h"
+#include "weightsync/cuda.h"
 
 namespace {
 
@@ -74,6 +80,94 @@ TEST_CASE("policy weights: published by one model, pulled bit-exact into another
   CHECK(pulled.value().version == 7);
   CHECK(torch::equal(trainer_model.value().flat_parameters(), generator_model.value().flat_parameters()));
   CHECK(loop::weights_digest(trainer_model.value()) == loop::weights_digest(generator_model.value()));
+}
+
+TEST_CASE("device: cpu is the CPU, an unknown name is refused, cuda says why it cannot be used",
+          "[rl][loop]") {
+  auto cpu = loop::select_device("cpu");
+  REQUIRE(cpu);
+  CHECK(cpu.value() == torch::Device(torch::kCPU));
+  CHECK(loop::publish_stream(cpu.value()) == nullptr);
+  auto gpu = loop::select_device("gpu");
+  REQUIRE_FALSE(gpu);
+  CHECK(gpu.error().message.find("expected cpu or cuda") != std::string::npos);
+  auto cuda = loop::select_device("cuda");
+  if (torch::cuda::is_available() && weightsync::cuda_info().usable) {
+    REQUIRE(cuda);
+    CHECK(cuda.value().is_cuda());
+  } else {
+    REQUIRE_FALSE(cuda);
+    INFO(cuda.error().message);
+    CHECK(cuda.error().message.find("--device cuda: no usable GPU: ") == 0);
+    CHECK(cuda.error().message.find("(use --device cpu)") != std::string::npos);
+  }
+}
+
+TEST_CASE("policy weights: a CPU model is a host destination and cannot be published from the device",
+          "[rl][loop]") {
+  auto model = policy::Transformer::create(tiny_config(), 1);
+  REQUIRE(model);
+  CHECK(loop::policy_destination(model.value()).memory_kind() == weightsync::MemoryKind::kHost);
+  auto publisher = weightsync::Publisher::create(loop::policy_weight_layout(tiny_config()).value());
+  REQUIRE(publisher.ok());
+  auto enqueued = loop::publish_policy_from_device(*publisher.value(), 1, model.value(), nullptr);
+  REQUIRE_FALSE(enqueued);
+  CHECK(enqueued.error().message.find("the policy is on cpu") != std::string::npos);
+}
+
+TEST_CASE("policy weights on a GPU: published from device memory, pulled bit-exact into another GPU model",
+          "[rl][loop][cuda]") {
+  auto device = loop::select_device("cuda");
+  if (!device) {
+    WARN("not run: " << device.error().message);
+    return;
+  }
+  auto trainer_model = policy::Transformer::create(tiny_config(), 1, device.value());
+  auto generator_model = policy::Transformer::create(tiny_config(), 2, device.value());
+  auto host_model = policy::Transformer::create(tiny_config(), 1);
+  REQUIRE(trainer_model);
+  REQUIRE(generator_model);
+  REQUIRE(host_model);
+  // Same seed, same bytes: the digest of a CUDA buffer is the host one's.
+  CHECK(loop::weights_digest(trainer_model.value()) == loop::weights_digest(host_model.value()));
+  CHECK(loop::policy_destination(generator_model.value()).memory_kind() == weightsync::MemoryKind::kCuda);
+  auto publisher = weightsync::Publisher::create(loop::policy_weight_layout(tiny_config()).value());
+  REQUIRE(publisher.ok());
+  auto enqueued = loop::publish_policy_from_device(*publisher.value(), 3, trainer_model.value(),
+                                                   loop::publish_stream(device.value()));
+  REQUIRE(enqueued);
+  CHECK(enqueued.value().version == 3);
+  auto committed = publisher.value()->flush_device_publishes();
+  REQUIRE(committed.ok());
+  CHECK(committed.value().version == 3);
+  weightsync::SubscriberOptions options;
+  options.transport = "tcp";
+  auto subscriber = weightsync::Subscriber::connect(publisher.value()->address(), options);
+  REQUIRE(subscriber.ok());
+  auto pulled = subscriber.value()->pull(loop::policy_destination(generator_model.value()));
+  REQUIRE(pulled.ok());
+  CHECK(pulled.value().version == 3);
+  CHECK(pulled.value().staged);  // tcp cannot write device memory itself
+  CHECK(torch::equal(trainer_model.value().flat_parameters(), generator_model.value().flat_parameters()));
+  CHECK(loop::weights_digest(generator_model.value()) == loop::weights_digest(host_model.value()));
+}
+
+TEST_CASE("policy checkpoint on a GPU: saved from device memory, loaded back onto the device bit-exact",
+          "[rl][loop][cuda]") {
+  auto device = loop::select_device("cuda");
+  if (!device) {
+    WARN("not run: " << device.error().message);
+    return;
+  }
+  auto model = policy::Transformer::create(tiny_config(), 5, device.value());
+  REQUIRE(model);
+  const std::string dir = temp_dir("cuda_checkpoint");
+  REQUIRE(policy::save_model(dir + "/policy.safetensors", model.value()));
+  auto loaded = policy::load_model(dir + "/policy.safetensors", device.value());
+  REQUIRE(loaded);
+  CHECK(loaded.value().device().is_cuda());
+  CHECK(torch::equal(loaded.value().flat_parameters(), model.value().flat_parameters()));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("RL checkpoint: resume restores weights, optimizer and baseline, and refuses a mixed pair",

@@ -2,6 +2,7 @@
 //
 //   ws_test_peer publish --size B --tensors N --slots S --versions V
 //                        [--forever] [--checksum] [--secret S] [--timeout-ms T]
+//                        [--slot-memory host|cuda] [--pause-us U]
 //     Prints "ADDRESS host:port", publishes versions 1..V with the test
 //     pattern (writing in place into the slot), prints "PUBLISHED V", then
 //     serves until stdin closes. With --forever it keeps publishing new
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/cuda_runtime.h"
 #include "patterns.h"
 #include "weightsync/weightsync.h"
 
@@ -59,7 +61,11 @@ int run_publisher(const Args& args) {
   options.checksum = args.has("--checksum");
   if (args.has("--secret")) options.secret = args.get("--secret", "");
   options.io_timeout_ms = std::atoi(args.get("--timeout-ms", "5000").c_str());
+  const bool cuda_slots = args.get("--slot-memory", "host") == "cuda";
+  if (cuda_slots) options.slot_memory = weightsync::MemoryKind::kCuda;
   const auto layout = wstest::bytes_layout(size, tensors);
+  // CUDA slots are written from a host image (the pattern) with cudaMemcpy.
+  std::vector<char> host_image(cuda_slots ? layout.total_bytes() : 0);
   auto publisher = weightsync::Publisher::create(layout, options);
   if (!publisher.ok()) {
     std::printf("ERROR %s\n", publisher.status().to_string().c_str());
@@ -68,6 +74,8 @@ int run_publisher(const Args& args) {
   std::printf("ADDRESS %s\n", (*publisher)->address().c_str());
   std::fflush(stdout);
   const bool forever = args.has("--forever");
+  // --forever: pause this long between versions (0: publish as fast as possible).
+  const auto pause = std::chrono::microseconds(std::atoll(args.get("--pause-us", "0").c_str()));
   const bool step = args.has("--step");
   for (std::uint64_t v = 1; forever || v <= versions; ++v) {
     if (step) {
@@ -79,8 +87,14 @@ int run_publisher(const Args& args) {
       std::printf("ERROR %s\n", writer.status().to_string().c_str());
       return 1;
     }
-    for (const auto& t : layout.tensors()) {
-      wstest::fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, v, t.offset);
+    char* target = cuda_slots ? host_image.data() : static_cast<char*>(writer->data());
+    for (const auto& t : layout.tensors()) wstest::fill_pattern(target + t.offset, t.bytes, v, t.offset);
+    if (cuda_slots) {
+      auto copied = weightsync::detail::copy_sync(writer->data(), host_image.data(), host_image.size());
+      if (!copied.ok()) {
+        std::printf("ERROR %s\n", copied.to_string().c_str());
+        return 1;
+      }
     }
     auto committed = writer->commit();
     if (!committed.ok()) {
@@ -96,6 +110,7 @@ int run_publisher(const Args& args) {
       std::fflush(stdout);
     }
     if (forever && stdin_closed()) break;
+    if (forever && pause.count() > 0) std::this_thread::sleep_for(pause);
   }
   while (!stdin_closed()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto stats = (*publisher)->stats();

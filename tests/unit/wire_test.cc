@@ -154,6 +154,7 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       LeaseMsg{1, 2, 0, 4, true, 9}.encode(),
       ErrorMsg{ErrorCode::kBusy, "x"}.encode(),
       ShmRegionsMsg{3, 4096, 4096}.encode(),
+      CudaIpcRegionsMsg{2, 4096, 4096, {{}, {}}}.encode(),
       ShmOffer{"boot", "weightsync-abc"}.encode(),
       ucx.encode(),
       VerbsOffer{{{4096, 65536, 7}, {8192, 65536, 8}}, {12288, 4096, 9}}.encode(),
@@ -180,6 +181,11 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
     accepted += QueryVersionMsg::decode(input).ok();
     if (auto r = ShmRegionsMsg::decode(input); r.ok()) {
       ++accepted;
+      CHECK(r->stamp_bytes >= r->slot_count * 8);
+    }
+    if (auto r = CudaIpcRegionsMsg::decode(input); r.ok()) {
+      ++accepted;
+      CHECK(r->handles.size() == r->slot_count);
       CHECK(r->stamp_bytes >= r->slot_count * 8);
     }
     accepted += ShmOffer::decode(input).ok();
@@ -214,4 +220,31 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
   }
   WARN("wire fuzz: " << executions << " inputs, " << accepted << " decoder acceptances, 0 crashes");
   CHECK(executions == 200000);
+}
+
+TEST_CASE("CUDA_IPC_REGIONS round-trips its handles and refuses short or inconsistent payloads", "[wire]") {
+  CudaIpcRegionsMsg msg;
+  msg.slot_count = 3;
+  msg.slot_bytes = 1 << 20;
+  msg.stamp_bytes = 4096;
+  for (std::uint8_t i = 0; i < 3; ++i) {
+    std::array<std::uint8_t, CudaIpcRegionsMsg::kHandleBytes> h{};
+    for (std::size_t b = 0; b < h.size(); ++b) h[b] = static_cast<std::uint8_t>(i * 64 + b);
+    msg.handles.push_back(h);
+  }
+  const auto bytes = msg.encode();
+  auto back = CudaIpcRegionsMsg::decode(bytes);
+  REQUIRE(back.ok());
+  CHECK(back->slot_count == 3);
+  CHECK(back->slot_bytes == (1u << 20));
+  CHECK(back->handles == msg.handles);
+  auto short_payload = bytes;
+  short_payload.pop_back();  // one handle byte missing
+  CHECK(CudaIpcRegionsMsg::decode(short_payload).status().code() == ErrorCode::kProtocolError);
+  auto trailing = bytes;
+  trailing.push_back(0);
+  CHECK(CudaIpcRegionsMsg::decode(trailing).status().code() == ErrorCode::kProtocolError);
+  CudaIpcRegionsMsg tiny_stamps = msg;
+  tiny_stamps.stamp_bytes = 8;  // fewer than one stamp per slot
+  CHECK_FALSE(CudaIpcRegionsMsg::decode(tiny_stamps.encode()).ok());
 }

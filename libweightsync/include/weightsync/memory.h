@@ -1,9 +1,10 @@
 // weightsync/memory.h: memory kinds and page-aligned host buffers.
 //
 // Contract
-// - MemoryKind travels with every slot and destination so that CUDA memory can
-//   be added without changing callers. Today only kHost is accepted; kCuda is
-//   rejected with kInvalidConfig ("built without CUDA support").
+// - MemoryKind travels with every slot, source and destination. kCuda is
+//   device memory of the current CUDA device; a build without CUDA, or a
+//   machine without a device, refuses it with kInvalidConfig and the reason
+//   (weightsync/cuda.h).
 // - HostBuffer owns page-aligned anonymous memory (mmap), zero-filled,
 //   optionally locked in RAM (mlock). Buffers of 2 MiB or more start on a
 //   2 MiB boundary and are advised to use transparent huge pages (fewer TLB

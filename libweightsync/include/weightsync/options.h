@@ -54,6 +54,9 @@ struct PublisherOptions {
   // writes the next without revocations.
   std::size_t slots = 3;
   FullRingPolicy full_ring_policy = FullRingPolicy::kRevokeOldest;
+  // kHost (default): page-aligned host memory every transport can read.
+  // kCuda: device memory on the current CUDA device, readable only by the
+  // cuda_ipc transport (subscribers on this host); see publisher.h.
   // Compute an xxHash3-64 of each version so subscribers can verify it.
   // nullopt: WEIGHTSYNC_CHECKSUM, else false.
   std::optional<bool> checksum;
@@ -89,6 +92,13 @@ struct SubscriberOptions {
   int max_retries = 16;
   // Shown in the publisher's logs.
   std::string client_name = "subscriber";
+  // Pulls into CUDA memory over a transport that cannot write it directly go
+  // through a ring of `staging_chunks` page-locked host chunks of
+  // `staging_chunk_bytes` each: the network read of one chunk overlaps the
+  // host-to-device copy of the previous ones. Allocated on the first such
+  // pull and kept. staging_chunks >= 2; staging_chunk_bytes >= 64 KiB.
+  std::size_t staging_chunk_bytes = 8u << 20;
+  std::size_t staging_chunks = 3;
 };
 
 }  // namespace weightsync

@@ -15,6 +15,23 @@
 //   thread. Serving subscribers happens on the Publisher's own threads; see
 //   docs/thread_model.md. The destructor stops serving (open connections are
 //   closed, in-flight pulls fail with kConnectionLost) and joins its threads.
+// - GPU weights (weightsync/cuda.h): publish_from_device() enqueues the copy
+//   from CUDA memory into a slot on a stream of the publisher's, ordered after
+//   the work already on the caller's stream, and returns at once; the
+//   publisher's commit thread commits the version when the copy is complete.
+//   Host slots are page-locked (cudaHostRegister) on the first such call. At
+//   most one device publish is in flight: the next one first waits for it.
+//   The sources must not change until the copy has read them:
+//   order_after_device_publish() (device-side wait) or flush_device_publishes()
+//   (host-side wait) before overwriting them.
+//   A failed copy abandons the slot; the error is returned by the next
+//   publish call or by flush_device_publishes(). The destructor waits for an
+//   in-flight copy (bounded by the I/O timeout) before freeing the slots.
+// - With PublisherOptions::slot_memory = kCuda the slots are device memory
+//   (cudaMalloc on the current device): readable only by the cuda_ipc
+//   transport (same host), publish() copies host to device, SlotWriter hands
+//   out device pointers (synchronize your kernels before commit()), and
+//   checksums are refused.
 #pragma once
 
 #include <chrono>
@@ -42,6 +59,14 @@ struct PublishResult {
   std::uint32_t slot = 0;
   std::uint32_t revoked_leases = 0;  // leases taken back to make room
   double copy_seconds = 0.0;         // publish(): the whole call; SlotWriter: begin_publish() to commit()
+};
+
+// A device publish that was enqueued: the version commits when its copy ends.
+struct PublishTicket {
+  std::uint64_t version = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t revoked_leases = 0;
+  double enqueue_seconds = 0.0;  // time the caller's thread spent in the call
 };
 
 struct PublisherStats {
@@ -118,6 +143,26 @@ class Publisher {
   Result<PublishResult> publish(std::uint64_t version, const void* data, std::size_t bytes);
   // Reserves a free slot for in-place writing of `version`.
   Result<SlotWriter> begin_publish(std::uint64_t version);
+
+  // Device publish (see the contract above): `device_data` is CUDA memory on
+  // the current device holding one contiguous image (layout().total_bytes()),
+  // or one device pointer per tensor. `cuda_stream` is a cudaStream_t whose
+  // queued work produces the bytes (nullptr: the legacy default stream).
+  // Returns once the copy is enqueued; PublishResult of the commit comes from
+  // flush_device_publishes().
+  Result<PublishTicket> publish_from_device(std::uint64_t version, const void* device_data, std::size_t bytes,
+                                            void* cuda_stream = nullptr);
+  Result<PublishTicket> publish_from_device(std::uint64_t version, const std::vector<TensorSource>& tensors,
+                                            void* cuda_stream = nullptr);
+  // Makes `cuda_stream` wait, on the device (the host does not block), until
+  // the last device publish has copied its sources: enqueue it before work
+  // that overwrites them (the next optimizer step). OK at once if none was
+  // ever enqueued.
+  Status order_after_device_publish(void* cuda_stream = nullptr);
+  // Waits until the in-flight device publish (if any) is committed or failed.
+  // Returns its result (copy_seconds: enqueue to commit), kNotReady if none
+  // was ever enqueued, or kTimeout.
+  Result<PublishResult> flush_device_publishes(std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
   // 0 before the first commit.
   std::uint64_t latest_version() const noexcept;

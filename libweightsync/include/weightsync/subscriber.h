@@ -24,6 +24,12 @@
 //   memory allocated while the Subscriber lives (a model's parameter buffer
 //   is the intended use); memory freed and reallocated at the same address
 //   would be written through the stale registration.
+// - CUDA destinations (MemoryKind::kCuda, current device): a transport that
+//   can write device memory (cuda_ipc) copies straight into it; any other
+//   goes through the staging ring (SubscriberOptions::staging_*), never a
+//   whole-model staging copy. Either way the bytes are in device memory when
+//   pull() returns (the library's stream is synchronized). The pointer is
+//   checked to be device memory of the current device (cudaPointerGetAttributes).
 // - Threads: a Subscriber has no threads of its own; every call runs on the
 //   caller's thread and blocks at most for its timeout. Use one Subscriber from
 //   one thread at a time. The progress callback runs on the caller's thread.
@@ -93,6 +99,7 @@ struct PullResult {
   double seconds = 0.0;            // transfer wall time, retries included, waiting excluded
   double wait_seconds = 0.0;       // time spent waiting for a newer version to be published
   bool checksum_verified = false;  // the publisher's xxHash3 matched
+  bool staged = false;             // went through the page-locked staging ring
 };
 
 struct SubscriberStats {
@@ -100,6 +107,7 @@ struct SubscriberStats {
   std::uint64_t retries = 0;        // discarded attempts (revoked, torn, corrupt) of successful pulls
   std::uint64_t bytes = 0;          // payload bytes delivered by successful pulls
   std::uint64_t registrations = 0;  // memory registrations made by the transport (first use of a destination)
+  std::uint64_t staged_pulls = 0;   // successful pulls through the staging ring
 };
 
 class Subscriber {
@@ -113,7 +121,7 @@ class Subscriber {
 
   const WeightLayout& layout() const noexcept;
   std::size_t slot_count() const noexcept;
-  // The negotiated data transport ("verbs", "ucx", "shm" or "tcp").
+  // The negotiated data transport ("verbs", "ucx", "cuda_ipc", "shm" or "tcp").
   std::string transport() const;
   // Whether the publisher computes checksums.
   bool publisher_checksums() const noexcept;

@@ -1,7 +1,8 @@
 // SlotMemory: one block of memory that holds a slot (or the stamp page) for
 // the publisher's lifetime, and SlotAllocator, which makes such blocks.
 //
-// Two providers exist: SharedRegion (memfd, sealed; a local subscriber can map
+// Three providers exist: CUDA device memory (cuda/device_slot_memory.h),
+// SharedRegion (memfd, sealed; a local subscriber can map
 // it read-only through a descriptor: transport/shm) and UCX (ucp_mem_map with
 // UCP_MEM_MAP_ALLOCATE: UCX's shared-memory transports can give peers
 // one-sided access only to memory UCX allocated itself; transport/ucx).
@@ -17,6 +18,8 @@
 #include <memory>
 #include <string>
 
+#include "cuda/cuda_runtime.h"
+#include "weightsync/memory.h"
 #include "weightsync/status.h"
 
 namespace weightsync::detail {
@@ -29,6 +32,12 @@ class SlotMemory {
   virtual std::size_t mapped_size() const noexcept = 0;  // rounded up to whole pages
   virtual bool shareable_by_descriptor() const noexcept = 0;
   virtual Result<int> open_read_only() const = 0;
+  // kHost unless the block is CUDA device memory (cuda/device_slot_memory.h).
+  virtual MemoryKind memory_kind() const noexcept { return MemoryKind::kHost; }
+  // The CUDA IPC handle of device memory; kInvalidConfig for host memory.
+  virtual Result<CudaIpcHandle> cuda_ipc_handle() const {
+    return Status(ErrorCode::kInvalidConfig, "host slot memory has no CUDA IPC handle");
+  }
 };
 
 struct SlotAllocator {

@@ -12,8 +12,11 @@
 #include "common/env.h"
 #include "common/host_identity.h"
 #include "common/log.h"
+#include "cuda/cuda_runtime.h"
+#include "cuda/device_slot_memory.h"
 #include "net/socket.h"
 #include "net/unix_socket.h"
+#include "publisher/device_publish.h"
 #include "publisher/server.h"
 #include "ring/slot_ring.h"
 #include "transport/ucx/ucx_transport.h"
@@ -37,6 +40,31 @@ class Publisher::Impl {
   std::unique_ptr<detail::VerbsPublisherTransport> verbs;  // likewise
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
+  int io_timeout_ms = 10000;
+  // Device publishes: host slots page-locked on first use, then the commit
+  // queue. Declared after `ring`: destroyed first (the queue waits for its
+  // copy in flight, then the pins go, then the slots).
+  std::vector<detail::HostRegistration> slot_pins;
+  std::unique_ptr<detail::DevicePublishQueue> device_queue;
+
+  bool device_slots() const { return ring->slot_memory_kind() == MemoryKind::kCuda; }
+
+  // Host-to-slot copy: memcpy into host slots, cudaMemcpy into device slots.
+  Status copy_into_slot(void* dest, const void* source, std::size_t bytes) const {
+    if (device_slots()) return detail::copy_sync(dest, source, bytes);
+    std::memcpy(dest, source, bytes);
+    return Status();
+  }
+
+  // Every publish path starts here: a device publish in flight must commit
+  // first (versions commit in order), and its failure is reported once.
+  Status settle_device_publish() {
+    if (!device_queue) return Status();
+    return device_queue->wait_idle(std::chrono::milliseconds(io_timeout_ms));
+  }
+
+  // Creates the commit queue and page-locks the host slots, once.
+  Status prepare_device_publish();
 
   // Hash of the tensors in layout order (padding excluded).
   std::uint64_t checksum_of_slot(std::uint32_t slot) const {
@@ -65,11 +93,51 @@ class Publisher::Impl {
       return Status(ErrorCode::kInvalidArgument,
                     "a SlotWriter is still open; commit or destroy it before publishing again");
     }
+    if (Status settled = settle_device_publish(); !settled.ok()) return settled;
     auto r = ring->reserve(version);
     if (r.ok()) writer_open = true;
     return r;
   }
 };
+
+Status Publisher::Impl::prepare_device_publish() {
+  if (device_queue) return Status();
+  if (!device_slots()) {
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint32_t i = 0; i < ring->slot_count(); ++i) {
+      auto pinned =
+          detail::HostRegistration::register_memory(ring->slot_data(i), ring->slot_region(i).mapped_size());
+      if (!pinned.ok()) {
+        slot_pins.clear();
+        return pinned.status();
+      }
+      slot_pins.push_back(std::move(*pinned));
+    }
+    WS_INFO("publisher: page-locked {} slots x {} bytes for device publishes in {:.3f} s", ring->slot_count(),
+            ring->slot_bytes(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  auto queue = detail::DevicePublishQueue::create(
+      [this](const detail::DeviceCopyJob& job) -> Result<PublishResult> {
+        std::optional<std::uint64_t> checksum;
+        if (checksums) checksum = checksum_of_slot(job.slot);
+        ring->commit(job.slot, job.version, checksum);
+        PublishResult out;
+        out.version = job.version;
+        out.slot = job.slot;
+        out.revoked_leases = job.revoked;
+        out.copy_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - job.started).count();
+        return out;
+      },
+      [this](const detail::DeviceCopyJob& job) { ring->abandon(job.slot); });
+  if (!queue.ok()) {
+    slot_pins.clear();
+    return queue.status();
+  }
+  device_queue = std::move(*queue);
+  return Status();
+}
 
 Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -78,10 +146,15 @@ Publisher::~Publisher() {
 }
 
 Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, PublisherOptions options) try {
-  if (options.slot_memory != MemoryKind::kHost) {
-    return Status(ErrorCode::kInvalidConfig, std::string("slot memory kind '") +
-                                                 to_string(options.slot_memory) +
-                                                 "' is not supported by this build (host memory only)");
+  const bool cuda_slots = options.slot_memory == MemoryKind::kCuda;
+  if (cuda_slots) {
+    if (Status ready = detail::cuda_ready(); !ready.ok()) {
+      return Status(ErrorCode::kInvalidConfig,
+                    "PublisherOptions::slot_memory = kCuda: " + ready.message() + "; use host slots (kHost)");
+    }
+  } else if (options.slot_memory != MemoryKind::kHost) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "unknown slot memory kind " + std::to_string(static_cast<int>(options.slot_memory)));
   }
   auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
   auto bind = detail::resolve_string(options.bind_address, "WEIGHTSYNC_BIND", "127.0.0.1");
@@ -115,27 +188,40 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
             "WEIGHTSYNC_SECRET (or PublisherOptions::secret) on the publisher and every subscriber");
   }
 
+  if (cuda_slots && checksum->value) {
+    return Status(ErrorCode::kInvalidConfig,
+                  std::string("checksums (from ") + detail::to_string(checksum->source) +
+                      ") need host slots: the publisher hashes slot bytes on the CPU; "
+                      "turn checksums off or use slot_memory = kHost");
+  }
   auto impl = std::make_unique<Impl>(std::move(layout));
   impl->checksums = checksum->value;
+  impl->io_timeout_ms = timeout->value;
   // UCX first: its shared-memory transports need to allocate the slots.
   std::unique_ptr<detail::UcxPublisherTransport> ucx;
-  if (auto created = detail::create_ucx_publisher(); created.ok()) {
+  if (cuda_slots) {
+    WS_INFO(
+        "publisher: UCX and verbs transports not offered: the slots are CUDA memory (cuda_ipc serves them)");
+  } else if (auto created = detail::create_ucx_publisher(); created.ok()) {
     ucx = std::move(*created);
   } else {
     WS_INFO("publisher: UCX transport not offered: {}", created.status().message());
   }
   std::string allocator_choice = allocator->value;
   if (allocator_choice == "auto") allocator_choice = ucx && ucx->wants_own_memory() ? "ucx" : "memfd";
+  if (cuda_slots) allocator_choice = "cuda";
   if (allocator_choice == "ucx" && !ucx) {
     return Status(ErrorCode::kInvalidConfig,
                   std::string("slot allocator 'ucx' (from ") + detail::to_string(allocator->source) +
                       ") needs the UCX transport, which is not available here (see above, or run "
                       "weightsync-info)");
   }
-  auto ring =
-      detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
-                               allocator_choice == "ucx" ? ucx->slot_allocator(options.lock_memory)
-                                                         : detail::memfd_slot_allocator(options.lock_memory));
+  const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
+  auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
+                                       allocator_choice == "cuda"  ? detail::cuda_slot_allocator()
+                                       : allocator_choice == "ucx" ? ucx->slot_allocator(options.lock_memory)
+                                                                   : stamps_allocator,
+                                       cuda_slots ? &stamps_allocator : nullptr);
   if (!ring.ok()) return ring.status();
   impl->ring = std::move(*ring);
 
@@ -148,7 +234,9 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
 
   // Offers, best first. verbs and UCX: slots registered once, now.
   std::vector<detail::TransportOffer> offers;
-  if (auto verbs = detail::start_verbs_publisher(*impl->ring); verbs.ok()) {
+  if (cuda_slots) {
+    // cuda_ipc only (below).
+  } else if (auto verbs = detail::start_verbs_publisher(*impl->ring); verbs.ok()) {
     impl->verbs = std::move(*verbs);
     offers.push_back(detail::TransportOffer{"verbs", impl->verbs->offer()});
   } else {
@@ -165,8 +253,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   // Same-host shared memory: an abstract Unix socket with an unguessable name.
   detail::Socket local_listener;
   const std::string host = detail::boot_id();
-  if (host.empty() || options.slots + 1 > detail::kMaxPassedFds ||
-      !impl->ring->slot_region(0).shareable_by_descriptor()) {
+  const bool local_memory = cuda_slots || impl->ring->slot_region(0).shareable_by_descriptor();
+  if (host.empty() || options.slots + 1 > detail::kMaxPassedFds || !local_memory) {
     WS_INFO("publisher: shared-memory transport not offered ({})",
             host.empty() ? "no boot id"
             : options.slots + 1 > detail::kMaxPassedFds
@@ -182,14 +270,22 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
     auto local = detail::listen_unix_abstract(name);
     if (local.ok()) {
       local_listener = std::move(*local);
-      offers.push_back(detail::TransportOffer{"shm", detail::ShmOffer{host, name}.encode()});
+      // The same local socket serves both: read-only descriptors of host
+      // slots (shm), or CUDA IPC handles of device slots (cuda_ipc).
+      offers.push_back(
+          detail::TransportOffer{cuda_slots ? "cuda_ipc" : "shm", detail::ShmOffer{host, name}.encode()});
     } else {
       WS_INFO("publisher: shared-memory transport not offered: {}", local.status().message());
     }
   }
 
   detail::ServerConfig config{secret->value, timeout->value, options.max_connections};
-  offers.push_back(detail::TransportOffer{"tcp", {}});
+  if (cuda_slots && offers.empty()) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "CUDA slots are served by the cuda_ipc transport only, which needs same-host local sockets "
+                  "(see above); use host slots (slot_memory = kHost)");
+  }
+  if (!cuda_slots) offers.push_back(detail::TransportOffer{"tcp", {}});
   detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
                             std::move(offers), nullptr,          nullptr};
   if (impl->verbs) {
@@ -217,7 +313,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
         impl->bind_host);
   }
   WS_INFO(
-      "publisher: {}:{} (bind from {}), {} slots x {} bytes ({} memory, allocator {} from {}), checksums {} "
+      "publisher: {}:{} (bind from {}), {} slots x {} bytes (allocator {}, asked {} from {}), checksums {} "
       "(from {}), io timeout {} ms (from {}), auth {} (from {})",
       impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
       impl->ring->allocator_name(), allocator->value, detail::to_string(allocator->source),
@@ -292,7 +388,11 @@ Result<PublishResult> Publisher::publish(std::uint64_t version,
     const auto* src = static_cast<const char*>(by_index[i]->data);
     for (std::uint64_t done = 0; done < entry.bytes;) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, entry.bytes - done));
-      std::memcpy(base + entry.offset + done, src + done, n);
+      if (Status copied = impl_->copy_into_slot(base + entry.offset + done, src + done, n); !copied.ok()) {
+        impl_->ring->abandon(r->slot);
+        impl_->writer_open = false;
+        return copied;
+      }
       if (hasher) hasher->update(base + entry.offset + done, n);
       done += n;
     }
@@ -312,7 +412,11 @@ Result<PublishResult> Publisher::publish(std::uint64_t version, const void* data
   }
   auto r = impl_->reserve(version);
   if (!r.ok()) return r.status();
-  std::memcpy(r->data, data, bytes);
+  if (Status copied = impl_->copy_into_slot(r->data, data, bytes); !copied.ok()) {
+    impl_->ring->abandon(r->slot);
+    impl_->writer_open = false;
+    return copied;
+  }
   return impl_->finish(*r, version, start, std::nullopt);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Publisher::publish: ") + e.what());
@@ -324,6 +428,95 @@ Result<SlotWriter> Publisher::begin_publish(std::uint64_t version) try {
   return SlotWriter(this, version, r->slot, r->data, impl_->layout.total_bytes(), r->revoked);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Publisher::begin_publish: ") + e.what());
+}
+
+Result<PublishTicket> Publisher::publish_from_device(std::uint64_t version, const void* device_data,
+                                                     std::size_t bytes, void* cuda_stream) try {
+  if (device_data == nullptr || bytes != impl_->layout.total_bytes()) {
+    return Status(ErrorCode::kInvalidArgument, "publish_from_device(): the image has " +
+                                                   std::to_string(bytes) + " bytes; the layout's region is " +
+                                                   std::to_string(impl_->layout.total_bytes()));
+  }
+  return publish_from_device(version, {TensorSource{"", device_data, bytes}}, cuda_stream);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::publish_from_device: ") + e.what());
+}
+
+Result<PublishTicket> Publisher::publish_from_device(std::uint64_t version,
+                                                     const std::vector<TensorSource>& tensors,
+                                                     void* cuda_stream) try {
+  const auto start = std::chrono::steady_clock::now();
+  const WeightLayout& layout = impl_->layout;
+  // One unnamed source is the whole image (the overload above); else one per tensor.
+  const bool image = tensors.size() == 1 && tensors[0].name.empty();
+  std::vector<detail::DeviceCopy> copies;  // dest filled in once a slot is reserved
+  std::vector<std::uint64_t> offsets;
+  if (image) {
+    if (Status s =
+            detail::check_device_pointer(tensors[0].data, tensors[0].bytes, "publish_from_device source");
+        !s.ok())
+      return s;
+    copies.push_back(detail::DeviceCopy{nullptr, tensors[0].data, tensors[0].bytes});
+    offsets.push_back(0);
+  } else {
+    if (tensors.size() != layout.tensors().size()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "publish_from_device() got " + std::to_string(tensors.size()) +
+                        " tensors; the layout has " + std::to_string(layout.tensors().size()));
+    }
+    std::vector<bool> seen(layout.tensors().size(), false);
+    for (const auto& t : tensors) {
+      const TensorEntry* entry = layout.find(t.name);
+      if (entry == nullptr)
+        return Status(ErrorCode::kInvalidArgument, "publish_from_device(): unknown tensor '" + t.name + "'");
+      const std::size_t index = static_cast<std::size_t>(entry - layout.tensors().data());
+      if (seen[index])
+        return Status(ErrorCode::kInvalidArgument,
+                      "publish_from_device(): tensor '" + t.name + "' given twice");
+      seen[index] = true;
+      if (t.bytes != entry->bytes) {
+        return Status(ErrorCode::kInvalidArgument, "publish_from_device(): tensor '" + t.name + "' has " +
+                                                       std::to_string(t.bytes) + " bytes; the layout says " +
+                                                       std::to_string(entry->bytes));
+      }
+      if (Status s = detail::check_device_pointer(t.data, t.bytes, "publish_from_device source"); !s.ok())
+        return Status(s.code(), "tensor '" + t.name + "': " + s.message());
+      copies.push_back(detail::DeviceCopy{nullptr, t.data, t.bytes});
+      offsets.push_back(entry->offset);
+    }
+  }
+  if (Status prepared = impl_->prepare_device_publish(); !prepared.ok()) return prepared;
+  auto r = impl_->reserve(version);  // waits for the previous device publish
+  if (!r.ok()) return r.status();
+  impl_->writer_open = false;  // the queue owns the reservation from here
+  for (std::size_t i = 0; i < copies.size(); ++i) copies[i].dest = static_cast<char*>(r->data) + offsets[i];
+  detail::DeviceCopyJob job{version, r->slot, r->revoked, start};
+  if (Status queued = impl_->device_queue->enqueue(job, cuda_stream, copies); !queued.ok()) {
+    impl_->ring->abandon(r->slot);
+    return queued;
+  }
+  PublishTicket ticket;
+  ticket.version = version;
+  ticket.slot = r->slot;
+  ticket.revoked_leases = r->revoked;
+  ticket.enqueue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ticket;
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::publish_from_device: ") + e.what());
+}
+
+Status Publisher::order_after_device_publish(void* cuda_stream) try {
+  if (!impl_->device_queue) return Status();
+  return impl_->device_queue->order_after(cuda_stream);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::order_after_device_publish: ") + e.what());
+}
+
+Result<PublishResult> Publisher::flush_device_publishes(std::chrono::milliseconds timeout) try {
+  if (!impl_->device_queue) return Status(ErrorCode::kNotReady, "no device publish was enqueued");
+  return impl_->device_queue->flush(timeout);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Publisher::flush_device_publishes: ") + e.what());
 }
 
 PublisherStats Publisher::stats() const {

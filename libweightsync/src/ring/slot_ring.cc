@@ -10,7 +10,8 @@
 namespace weightsync::detail {
 
 Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_t slot_bytes,
-                                                   FullRingPolicy policy, const SlotAllocator& allocator) {
+                                                   FullRingPolicy policy, const SlotAllocator& allocator,
+                                                   const SlotAllocator* stamp_allocator) {
   if (slots < 2 || slots > 1024) {
     return Status(ErrorCode::kInvalidArgument,
                   "a publisher needs between 2 and 1024 slots, not " + std::to_string(slots));
@@ -19,7 +20,8 @@ Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_
   ring->slot_bytes_ = slot_bytes;
   ring->policy_ = policy;
   ring->allocator_name_ = allocator.name;
-  auto page = allocator.allocate(slots * sizeof(std::atomic<std::uint64_t>), "weightsync-stamps");
+  auto page = (stamp_allocator != nullptr ? *stamp_allocator : allocator)
+                  .allocate(slots * sizeof(std::atomic<std::uint64_t>), "weightsync-stamps");
   if (!page.ok()) return page.status();
   ring->stamp_page_ = std::move(*page);
   ring->stamps_ = static_cast<std::atomic<std::uint64_t>*>(ring->stamp_page_->data());

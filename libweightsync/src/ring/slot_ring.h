@@ -4,6 +4,8 @@
 // Stamps: slot s's stamp is (version << 1) when it holds committed `version`,
 // (version << 1) | 1 while `version` is being written, 0 when empty. Stamps
 // live in their own page-aligned array so one-sided transports can expose it.
+// The stamp page is host memory readers map (stamp_allocator, or the slots'
+// allocator when null): with CUDA slots it is a memfd page.
 // Slots and the stamp page come from a SlotAllocator: memfd-backed
 // SharedRegions by default, so a subscriber on the same host can map them
 // read-only (transport/shm), or UCX-allocated memory (transport/ucx).
@@ -50,10 +52,12 @@ class SlotRing {
   static constexpr std::size_t kMaxLeasesPerSession = 8;
 
   static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes,
-                                                  FullRingPolicy policy, const SlotAllocator& allocator);
+                                                  FullRingPolicy policy, const SlotAllocator& allocator,
+                                                  const SlotAllocator* stamp_allocator = nullptr);
 
   std::size_t slot_count() const noexcept { return slots_.size(); }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  MemoryKind slot_memory_kind() const noexcept { return slots_.front().buffer->memory_kind(); }
   void* slot_data(std::uint32_t slot) noexcept { return slots_[slot].buffer->data(); }
   const void* slot_data(std::uint32_t slot) const noexcept { return slots_[slot].buffer->data(); }
   const SlotMemory& slot_region(std::uint32_t slot) const noexcept { return *slots_[slot].buffer; }

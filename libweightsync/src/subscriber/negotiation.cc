@@ -5,6 +5,7 @@
 
 #include "common/host_identity.h"
 #include "common/log.h"
+#include "transport/cuda_ipc/cuda_ipc_data_channel.h"
 #include "transport/shm/shm_data_channel.h"
 #include "transport/tcp/tcp_data_channel.h"
 #include "transport/ucx/ucx_transport.h"
@@ -18,11 +19,17 @@ Result<std::unique_ptr<DataChannel>> open(const std::string& name, const Transpo
   if (name == "verbs") return open_verbs_data_channel(offer.blob, in.slot_count, in.slot_bytes, in.exchange);
   if (name == "ucx")
     return open_ucx_data_channel(offer.blob, in.slot_count, in.slot_bytes, in.connect_timeout_ms);
-  if (name == "shm") {
+  if (name == "shm" || name == "cuda_ipc") {
     auto shm = ShmOffer::decode(offer.blob);
-    if (!shm.ok()) return Status(ErrorCode::kProtocolError, "the publisher's shm offer is malformed");
+    if (!shm.ok())
+      return Status(ErrorCode::kProtocolError, "the publisher's " + name + " offer is malformed");
     if (shm->boot_id != boot_id()) {
       return Status(ErrorCode::kInvalidConfig, "the publisher runs on another host");
+    }
+    if (name == "cuda_ipc") {
+      return open_cuda_ipc_data_channel(CudaIpcChannelConfig{shm->socket_name, in.secret, in.session_id,
+                                                             in.client_name, in.connect_timeout_ms,
+                                                             in.slot_count, in.slot_bytes});
     }
     return open_shm_data_channel(ShmChannelConfig{shm->socket_name, in.secret, in.session_id, in.client_name,
                                                   in.connect_timeout_ms, in.slot_count, in.slot_bytes});

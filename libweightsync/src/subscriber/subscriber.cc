@@ -8,6 +8,7 @@
 #include "common/checksum.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "cuda/staging.h"
 #include "subscriber/control_client.h"
 #include "subscriber/negotiation.h"
 
@@ -48,6 +49,8 @@ class Subscriber::Impl {
   std::uint64_t held_version = 0;
   Status sticky;
   SubscriberStats stats;
+  // Pulls into CUDA memory over a channel that cannot write it: made on first use.
+  std::unique_ptr<detail::StagingEngine> staging;
 
   // Errors after which the connection's byte stream can no longer be trusted.
   static bool breaks_connection(const Status& s) {
@@ -75,11 +78,24 @@ class Subscriber::Impl {
     return r;
   }
 
+  // Device destinations: each region must be device memory of the current device.
+  Status check_device_destination(const Destination& dst) const {
+    const detail::DeviceBackend backend = detail::device_backend();
+    if (dst.is_contiguous()) {
+      return backend.check_destination(dst.data(), std::min<std::size_t>(dst.bytes(), layout.total_bytes()),
+                                       "the contiguous destination");
+    }
+    for (const auto& e : dst.entries()) {
+      Status s = backend.check_destination(e.data, e.bytes, "a scatter destination entry");
+      if (!s.ok()) return Status(s.code(), "tensor '" + e.name + "': " + s.message());
+    }
+    return Status();
+  }
+
   Result<std::vector<detail::ReadPiece>> plan_for(const Destination& dst) const {
-    if (dst.memory_kind() != MemoryKind::kHost) {
-      return Status(ErrorCode::kInvalidConfig, std::string("destination memory kind '") +
-                                                   to_string(dst.memory_kind()) +
-                                                   "' is not supported by this build (host memory only)");
+    if (dst.memory_kind() != MemoryKind::kHost && dst.memory_kind() != MemoryKind::kCuda) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "unknown destination memory kind " + std::to_string(static_cast<int>(dst.memory_kind())));
     }
     std::vector<detail::ReadPiece> plan;
     const auto& tensors = layout.tensors();
@@ -88,6 +104,9 @@ class Subscriber::Impl {
         return Status(ErrorCode::kInvalidArgument,
                       "contiguous destination has " + std::to_string(dst.bytes()) +
                           " bytes; the layout needs " + std::to_string(layout.total_bytes()));
+      }
+      if (dst.memory_kind() == MemoryKind::kCuda) {
+        if (Status s = check_device_destination(dst); !s.ok()) return s;
       }
       auto* base = static_cast<char*>(dst.data());
       for (const auto& t : tensors) {
@@ -116,6 +135,9 @@ class Subscriber::Impl {
       }
       by_index[i] = e.data;
     }
+    if (dst.memory_kind() == MemoryKind::kCuda) {
+      if (Status s = check_device_destination(dst); !s.ok()) return s;
+    }
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       if (by_index[i] == nullptr) {
         return Status(ErrorCode::kInvalidArgument, "scatter destination is missing tensor '" +
@@ -128,8 +150,19 @@ class Subscriber::Impl {
   }
 
   // One attempt: lease, read, release, verify.
+  // The staging engine for device destinations, made once.
+  Status ensure_staging() {
+    if (staging) return Status();
+    auto engine = detail::device_backend().make_staging(options.staging_chunks, options.staging_chunk_bytes);
+    if (!engine.ok()) return engine.status();
+    staging = std::move(*engine);
+    WS_INFO("subscriber: staging pulls into CUDA memory through {} page-locked chunks of {} bytes ({})",
+            options.staging_chunks, options.staging_chunk_bytes, channel->name());
+    return Status();
+  }
+
   Result<PullResult> attempt(const std::vector<detail::ReadPiece>& plan, std::uint64_t newer_than,
-                             const PullOptions& pull_options, detail::StreamHasher& hasher) {
+                             const PullOptions& pull_options, detail::StreamHasher& hasher, bool staged) {
     auto lease = note(control.acquire(newer_than));
     if (!lease.ok()) return lease.status();
     if (lease->slot >= slot_count) {
@@ -155,7 +188,7 @@ class Subscriber::Impl {
       received += n;
       if (pull_options.on_progress) pull_options.on_progress(received, total);
     };
-    auto stamp_after = channel->read(request);
+    auto stamp_after = staged ? detail::staged_read(*channel, request, *staging) : channel->read(request);
     // The publisher closes a data connection after any refusal but a revoked version.
     if (!stamp_after.ok())
       note_status(stamp_after.status(), stamp_after.status().code() != ErrorCode::kVersionRevoked);
@@ -170,6 +203,7 @@ class Subscriber::Impl {
     PullResult out;
     out.version = lease->version;
     out.bytes = received;
+    out.staged = staged;
     if (hashing) {
       if (hasher.digest() != lease->checksum) {
         return Status(ErrorCode::kChecksumMismatch,
@@ -202,6 +236,11 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   for (const Status* s :
        {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status()}) {
     if (!s->ok()) return *s;
+  }
+  if (options.staging_chunks < 2 || options.staging_chunk_bytes < (64u << 10)) {
+    return Status(ErrorCode::kInvalidConfig, "staging needs at least 2 chunks of at least 64 KiB (got " +
+                                                 std::to_string(options.staging_chunks) + " x " +
+                                                 std::to_string(options.staging_chunk_bytes) + " bytes)");
   }
   auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
                                                 connect_timeout->value, io_timeout->value);
@@ -254,7 +293,7 @@ std::uint64_t Subscriber::held_version() const noexcept {
 }
 SubscriberStats Subscriber::stats() const {
   SubscriberStats s = impl_->stats;
-  s.registrations = impl_->channel->registrations();
+  s.registrations = impl_->channel->registrations() + (impl_->staging ? impl_->staging->chunk_count() : 0);
   return s;
 }
 
@@ -290,13 +329,18 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
   const auto start = std::chrono::steady_clock::now();
   auto plan = impl_->plan_for(destination);
   if (!plan.ok()) return plan.status();
+  const bool staged =
+      destination.memory_kind() == MemoryKind::kCuda && !impl_->channel->writes_device_memory();
+  if (staged) {
+    if (Status s = impl_->ensure_staging(); !s.ok()) return s;
+  }
   const std::uint64_t newer_than = options.newer_than.value_or(impl_->held_version);
   const auto wait_until = start + options.wait;
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};
   for (;;) {
-    auto result = impl_->attempt(*plan, newer_than, options, hasher);
+    auto result = impl_->attempt(*plan, newer_than, options, hasher, staged);
     if (result.ok()) {
       result->retries = retries;
       result->wait_seconds = std::chrono::duration<double>(waited).count();
@@ -304,6 +348,7 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
       impl_->held_version = result->version;
       ++impl_->stats.pulls;
+      if (staged) ++impl_->stats.staged_pulls;
       impl_->stats.retries += retries;
       impl_->stats.bytes += result->bytes;
       return result;

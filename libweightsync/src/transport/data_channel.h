@@ -56,6 +56,9 @@ class DataChannel {
   // Memory registrations this channel made (destinations are registered on
   // first use only; a steady pull loop adds none).
   virtual std::uint64_t registrations() const { return 0; }
+  // Whether plan pieces may point into CUDA device memory. Channels that
+  // cannot write it are given host staging chunks instead (cuda/staging.h).
+  virtual bool writes_device_memory() const { return false; }
 };
 
 }  // namespace weightsync::detail

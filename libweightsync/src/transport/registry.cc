@@ -7,6 +7,7 @@
 
 #include "common/host_identity.h"
 #include "net/unix_socket.h"
+#include "transport/cuda_ipc/cuda_ipc_data_channel.h"
 #include "transport/ucx/ucx_transport.h"
 #include "transport/verbs/verbs_transport.h"
 #include "weightsync/transports.h"
@@ -43,7 +44,7 @@ TransportInfo probe_shm() {
 
 std::vector<TransportInfo> available_transports() {
   try {
-    return {detail::probe_verbs(), detail::probe_ucx(), probe_shm(),
+    return {detail::probe_verbs(), detail::probe_ucx(), detail::probe_cuda_ipc(), probe_shm(),
             TransportInfo{"tcp", "TCP streams on a second authenticated connection", true, ""}};
   } catch (...) {
     return {};

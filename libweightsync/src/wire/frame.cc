@@ -29,6 +29,7 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kShmRegions: return "SHM_REGIONS";
     case MsgType::kTransportConnect: return "TRANSPORT_CONNECT";
     case MsgType::kTransportAccept: return "TRANSPORT_ACCEPT";
+    case MsgType::kCudaIpcRegions: return "CUDA_IPC_REGIONS";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

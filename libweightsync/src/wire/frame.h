@@ -41,6 +41,7 @@ enum class MsgType : std::uint16_t {
   kShmRegions = 23,
   kTransportConnect = 24,
   kTransportAccept = 25,
+  kCudaIpcRegions = 26,
   kBye = 30,
 };
 

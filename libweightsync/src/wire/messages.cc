@@ -331,6 +331,33 @@ Result<ShmRegionsMsg> ShmRegionsMsg::decode(const std::vector<std::uint8_t>& p) 
   return m;
 }
 
+std::vector<std::uint8_t> CudaIpcRegionsMsg::encode() const {
+  ByteWriter w;
+  w.u32(slot_count);
+  w.u64(slot_bytes);
+  w.u64(stamp_bytes);
+  for (const auto& h : handles) w.bytes(h.data(), h.size());
+  return w.take();
+}
+
+Result<CudaIpcRegionsMsg> CudaIpcRegionsMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  CudaIpcRegionsMsg m;
+  if (!r.u32(&m.slot_count) || !r.u64(&m.slot_bytes) || !r.u64(&m.stamp_bytes)) {
+    return malformed("CUDA_IPC_REGIONS");
+  }
+  if (m.slot_count < 2 || m.slot_count > 1024 || m.slot_bytes == 0 ||
+      m.stamp_bytes < m.slot_count * sizeof(std::uint64_t)) {
+    return malformed("CUDA_IPC_REGIONS (sizes)");
+  }
+  m.handles.resize(m.slot_count);
+  for (auto& h : m.handles) {
+    if (!r.bytes(h.data(), h.size())) return malformed("CUDA_IPC_REGIONS (handles)");
+  }
+  if (!finish(r)) return malformed("CUDA_IPC_REGIONS");
+  return m;
+}
+
 std::vector<std::uint8_t> ShmOffer::encode() const {
   ByteWriter w;
   w.u16(kVersion);

@@ -171,6 +171,19 @@ struct ShmRegionsMsg {
   static Result<ShmRegionsMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
+// CUDA_IPC_REGIONS (the cuda_ipc transport, on the local socket, instead of
+// SHM_REGIONS when the slots are CUDA memory): one CUDA IPC handle per slot;
+// the stamp page's read-only descriptor follows as in SHM_REGIONS.
+struct CudaIpcRegionsMsg {
+  static constexpr std::size_t kHandleBytes = 64;
+  std::uint32_t slot_count = 0;
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t stamp_bytes = 0;
+  std::vector<std::array<std::uint8_t, kHandleBytes>> handles;  // slot_count of them
+  std::vector<std::uint8_t> encode() const;
+  static Result<CudaIpcRegionsMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
 // The "shm" transport's offer blob in SLOT_TABLE (versioned): which host the
 // publisher runs on (kernel boot id) and its abstract Unix socket's name.
 struct ShmOffer {

@@ -17,6 +17,11 @@ constexpr const char* kPeer = "subscriber";
 
 Status serve_tcp_data(const HandlerContext& ctx) {
   SlotRing& ring = *ctx.state->ring;
+  if (ring.slot_memory_kind() != MemoryKind::kHost) {
+    // Not offered with CUDA slots; a peer that asks anyway is refused.
+    return reply_error(ctx, ErrorCode::kInvalidConfig,
+                       "this publisher's slots are CUDA memory: only the cuda_ipc transport serves them");
+  }
   const std::uint64_t slot_bytes = ring.slot_bytes();
   std::vector<iovec> iov;
   while (!ctx.stopping->load()) {

@@ -1,0 +1,125 @@
+// A DeviceBackend whose "device" is host memory and whose copy engine is a
+// thread: it lets the staged-pull windowing (libweightsync cuda/staging.h)
+// run, bit-exact and under torn-read stress, on machines without a GPU.
+// Each chunk's copies run on the engine's thread after `delay` (to widen any
+// window where a chunk could be reused before its copies are done); wait(i)
+// blocks until chunk i's copies have run. Install with
+// detail::set_device_backend_for_testing(host_staging_backend()); remove
+// with an empty DeviceBackend.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cuda/staging.h"
+#include "weightsync/memory.h"
+
+namespace wstest {
+
+class HostStagingEngine final : public weightsync::detail::StagingEngine {
+ public:
+  HostStagingEngine(std::size_t chunks, std::size_t chunk_bytes, std::chrono::microseconds delay)
+      : chunk_bytes_(chunk_bytes), delay_(delay), pending_(chunks, 0) {
+    for (std::size_t i = 0; i < chunks; ++i) chunks_.push_back(std::vector<char>(chunk_bytes));
+    worker_ = std::thread([this] { run(); });
+  }
+  ~HostStagingEngine() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  std::size_t chunk_count() const override { return chunks_.size(); }
+  std::size_t chunk_bytes() const override { return chunk_bytes_; }
+  char* chunk(std::size_t index) override { return chunks_[index].data(); }
+
+  weightsync::Status copy_out(std::size_t index,
+                              const std::vector<weightsync::detail::ChunkCopy>& copies) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pending_[index];
+      jobs_.push_back(Job{index, copies});
+    }
+    cv_.notify_all();
+    return {};
+  }
+
+  weightsync::Status wait(std::size_t index) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_[index] == 0; });
+    return {};
+  }
+
+ private:
+  struct Job {
+    std::size_t chunk;
+    std::vector<weightsync::detail::ChunkCopy> copies;
+  };
+
+  void run() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      for (const auto& c : job.copies)
+        std::memcpy(c.dest, chunks_[job.chunk].data() + c.chunk_offset, c.bytes);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --pending_[job.chunk];
+      }
+      cv_.notify_all();
+    }
+  }
+
+  std::vector<std::vector<char>> chunks_;
+  std::size_t chunk_bytes_;
+  std::chrono::microseconds delay_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  std::vector<int> pending_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+inline weightsync::detail::DeviceBackend host_staging_backend(
+    std::chrono::microseconds delay = std::chrono::microseconds(0)) {
+  weightsync::detail::DeviceBackend backend;
+  backend.check_destination = [](const void* p, std::size_t n, const char* what) {
+    if (p == nullptr || n == 0)
+      return weightsync::Status(weightsync::ErrorCode::kInvalidArgument, std::string(what) + " is empty");
+    return weightsync::Status();
+  };
+  backend.make_staging = [delay](std::size_t chunks, std::size_t chunk_bytes)
+      -> weightsync::Result<std::unique_ptr<weightsync::detail::StagingEngine>> {
+    return std::unique_ptr<weightsync::detail::StagingEngine>(
+        new HostStagingEngine(chunks, chunk_bytes, delay));
+  };
+  return backend;
+}
+
+// Installs the host backend for a scope.
+struct ScopedHostStaging {
+  explicit ScopedHostStaging(std::chrono::microseconds delay = std::chrono::microseconds(0)) {
+    weightsync::detail::set_device_backend_for_testing(host_staging_backend(delay));
+  }
+  ~ScopedHostStaging() { weightsync::detail::set_device_backend_for_testing({}); }
+  ScopedHostStaging(const ScopedHostStaging&) = delete;
+  ScopedHostStaging& operator=(const ScopedHostStaging&) = delete;
+};
+
+}  // namespace wstest
