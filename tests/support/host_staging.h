@@ -1,22 +1,25 @@
-// A DeviceBackend whose "device" is host memory and whose copy engine is a
-// thread: it lets the staged-pull windowing (libweightsync cuda/staging.h)
-// run, bit-exact and under torn-read stress, on machines without a GPU.
-// Each chunk's copies run on the engine's thread after `delay` (to widen any
-// window where a chunk could be reused before its copies are done); wait(i)
-// blocks until chunk i's copies have run. Install with
-// detail::set_device_backend_for_testing(host_staging_backend()); remove
-// with an empty DeviceBackend.
+// A DeviceBackend whose "device" is host memory and whose copy engines are
+// threads: it lets the staged-pull windowing (libweightsync cuda/staging.h)
+// and the device-publish pipeline (publisher/device_publish.h) run,
+// bit-exact and under stress, on machines without a GPU.
+// - HostStagingEngine: each chunk's copies run on the engine's thread after
+//   `delay` (to widen any window where a chunk could be reused before its
+//   copies are done); wait(i) blocks until chunk i's copies have run.
+// - HostAsyncCopier: each batch runs on its thread after `delay`; a batch can
+//   be made to fail (CopierControl::fail_next), as a failed cudaMemcpyAsync.
+// Install with ScopedHostStaging (restores CUDA when it ends).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "cuda/staging.h"
+#include "cuda/device_backend.h"
 #include "weightsync/memory.h"
 
 namespace wstest {
@@ -96,10 +99,81 @@ class HostStagingEngine final : public weightsync::detail::StagingEngine {
   std::thread worker_;
 };
 
+// Shared with the test: makes the next batch of the copiers fail.
+struct CopierControl {
+  std::mutex mu;
+  bool fail_next = false;
+  int batches = 0;  // batches run (or failed)
+};
+
+class HostAsyncCopier final : public weightsync::detail::AsyncCopier {
+ public:
+  HostAsyncCopier(std::chrono::microseconds delay, std::shared_ptr<CopierControl> control)
+      : delay_(delay), control_(std::move(control)) {}
+  ~HostAsyncCopier() override {
+    if (worker_.joinable()) worker_.join();
+  }
+
+  weightsync::Status enqueue(void*, const std::vector<weightsync::detail::DeviceCopy>& copies) override {
+    if (worker_.joinable()) worker_.join();  // the previous batch (already waited for)
+    bool fail = false;
+    {
+      std::lock_guard<std::mutex> lock(control_->mu);
+      fail = control_->fail_next;
+      control_->fail_next = false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = false;
+    }
+    worker_ = std::thread([this, copies, fail] {
+      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      weightsync::Status status;
+      if (fail) {
+        status = weightsync::Status(weightsync::ErrorCode::kInternal, "injected copy failure");
+      } else {
+        for (const auto& c : copies) std::memcpy(c.dest, c.source, c.bytes);
+      }
+      {
+        std::lock_guard<std::mutex> lock(control_->mu);
+        ++control_->batches;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = status;
+      done_ = true;
+      cv_.notify_all();
+    });
+    return {};
+  }
+
+  weightsync::Status wait() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return status_;
+  }
+
+  // No streams here: the only way to order after the batch is to wait for it.
+  weightsync::Status order_after(void*) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return {};
+  }
+
+ private:
+  std::chrono::microseconds delay_;
+  std::shared_ptr<CopierControl> control_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = true;
+  weightsync::Status status_;
+  std::thread worker_;
+};
+
 inline weightsync::detail::DeviceBackend host_staging_backend(
-    std::chrono::microseconds delay = std::chrono::microseconds(0)) {
+    std::chrono::microseconds delay = std::chrono::microseconds(0),
+    std::shared_ptr<CopierControl> control = std::make_shared<CopierControl>()) {
   weightsync::detail::DeviceBackend backend;
-  backend.check_destination = [](const void* p, std::size_t n, const char* what) {
+  backend.check_device_memory = [](const void* p, std::size_t n, const char* what) {
     if (p == nullptr || n == 0)
       return weightsync::Status(weightsync::ErrorCode::kInvalidArgument, std::string(what) + " is empty");
     return weightsync::Status();
@@ -109,13 +183,22 @@ inline weightsync::detail::DeviceBackend host_staging_backend(
     return std::unique_ptr<weightsync::detail::StagingEngine>(
         new HostStagingEngine(chunks, chunk_bytes, delay));
   };
+  backend.make_copier = [delay,
+                         control]() -> weightsync::Result<std::unique_ptr<weightsync::detail::AsyncCopier>> {
+    return std::unique_ptr<weightsync::detail::AsyncCopier>(new HostAsyncCopier(delay, control));
+  };
+  backend.pin_host = [](void*,
+                        std::size_t) -> weightsync::Result<std::unique_ptr<weightsync::detail::HostPin>> {
+    return std::unique_ptr<weightsync::detail::HostPin>(new weightsync::detail::HostPin());
+  };
   return backend;
 }
 
 // Installs the host backend for a scope.
 struct ScopedHostStaging {
-  explicit ScopedHostStaging(std::chrono::microseconds delay = std::chrono::microseconds(0)) {
-    weightsync::detail::set_device_backend_for_testing(host_staging_backend(delay));
+  explicit ScopedHostStaging(std::chrono::microseconds delay = std::chrono::microseconds(0),
+                             std::shared_ptr<CopierControl> control = std::make_shared<CopierControl>()) {
+    weightsync::detail::set_device_backend_for_testing(host_staging_backend(delay, std::move(control)));
   }
   ~ScopedHostStaging() { weightsync::detail::set_device_backend_for_testing({}); }
   ScopedHostStaging(const ScopedHostStaging&) = delete;

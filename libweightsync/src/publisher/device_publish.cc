@@ -5,17 +5,10 @@
 
 namespace weightsync::detail {
 
-Result<std::unique_ptr<DevicePublishQueue>> DevicePublishQueue::create(CommitFn commit, AbandonFn abandon) {
-  std::unique_ptr<DevicePublishQueue> queue(new DevicePublishQueue(std::move(commit), std::move(abandon)));
-  auto stream = CudaStream::create();
-  if (!stream.ok()) return stream.status();
-  auto ready = CudaEvent::create();
-  if (!ready.ok()) return ready.status();
-  auto done = CudaEvent::create();
-  if (!done.ok()) return done.status();
-  queue->stream_ = std::move(*stream);
-  queue->ready_ = std::move(*ready);
-  queue->done_ = std::move(*done);
+Result<std::unique_ptr<DevicePublishQueue>> DevicePublishQueue::create(std::unique_ptr<AsyncCopier> copier,
+                                                                       CommitFn commit, AbandonFn abandon) {
+  std::unique_ptr<DevicePublishQueue> queue(
+      new DevicePublishQueue(std::move(copier), std::move(commit), std::move(abandon)));
   queue->thread_ = std::thread([q = queue.get()] { q->run(); });
   return queue;
 }
@@ -43,7 +36,7 @@ void DevicePublishQueue::run() {
     }
     Result<PublishResult> result = Status(ErrorCode::kInternal, "not committed");
     try {
-      Status copied = done_.synchronize();
+      Status copied = copier_->wait();
       if (copied.ok()) {
         result = commit_(job);
       } else {
@@ -81,18 +74,7 @@ Status DevicePublishQueue::wait_idle(std::chrono::milliseconds timeout) {
 
 Status DevicePublishQueue::enqueue(const DeviceCopyJob& job, void* caller_stream,
                                    const std::vector<DeviceCopy>& copies) {
-  Status s = ready_.record(caller_stream);
-  if (s.ok()) s = ready_.make_wait(stream_.handle());
-  for (const DeviceCopy& c : copies) {
-    if (!s.ok()) break;
-    s = copy_async(c.dest, c.source, c.bytes, stream_.handle());
-  }
-  if (s.ok()) s = done_.record(stream_.handle());
-  if (!s.ok()) {
-    // Copies already queued may still run: let them end before the slot is reused.
-    (void)stream_.synchronize();
-    return s;
-  }
+  if (Status s = copier_->enqueue(caller_stream, copies); !s.ok()) return s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_ = job;
@@ -103,9 +85,9 @@ Status DevicePublishQueue::enqueue(const DeviceCopyJob& job, void* caller_stream
 }
 
 Status DevicePublishQueue::order_after(void* stream) const {
-  // done_ is recorded on the publishing thread only (enqueue), the thread
-  // that calls this: no lock needed. A completed event makes this a no-op.
-  return done_.make_wait(stream);
+  // Batches are enqueued by the publishing thread only, the thread that
+  // calls this: no lock needed. A completed batch makes this a no-op.
+  return copier_->order_after(stream);
 }
 
 Result<PublishResult> DevicePublishQueue::flush(std::chrono::milliseconds timeout) {

@@ -1,10 +1,11 @@
 // DevicePublishQueue: the asynchronous half of Publisher::publish_from_device.
 //
-// The trainer's thread enqueues a job: the copies from CUDA memory into a
-// reserved slot, on the queue's own stream, ordered after the work already
-// queued on the caller's stream (an event recorded there). The queue's
-// commit thread waits for the copies to complete and then runs `commit` (the
-// version becomes visible to readers) or, if the copies failed, `abandon`.
+// The trainer's thread enqueues a job: the copies from device memory into a
+// reserved slot, through an AsyncCopier (cuda/device_backend.h: the CUDA one
+// copies on its own stream, ordered after the work already queued on the
+// caller's stream). The queue's commit thread waits for the copies to
+// complete and then runs `commit` (the version becomes visible to readers)
+// or, if the copies failed, `abandon`.
 //
 // At most one job is in flight: the trainer calls wait_idle() before it
 // reserves the next slot (every publish path does), which also hands it the
@@ -23,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/cuda_runtime.h"
+#include "cuda/device_backend.h"
 #include "weightsync/publisher.h"
 
 namespace weightsync::detail {
@@ -35,18 +36,13 @@ struct DeviceCopyJob {
   std::chrono::steady_clock::time_point started;
 };
 
-struct DeviceCopy {
-  void* dest = nullptr;
-  const void* source = nullptr;
-  std::size_t bytes = 0;
-};
-
 class DevicePublishQueue {
  public:
   using CommitFn = std::function<Result<PublishResult>(const DeviceCopyJob&)>;
   using AbandonFn = std::function<void(const DeviceCopyJob&)>;
 
-  static Result<std::unique_ptr<DevicePublishQueue>> create(CommitFn commit, AbandonFn abandon);
+  static Result<std::unique_ptr<DevicePublishQueue>> create(std::unique_ptr<AsyncCopier> copier,
+                                                            CommitFn commit, AbandonFn abandon);
   ~DevicePublishQueue();
   DevicePublishQueue(const DevicePublishQueue&) = delete;
   DevicePublishQueue& operator=(const DevicePublishQueue&) = delete;
@@ -63,15 +59,13 @@ class DevicePublishQueue {
   Result<PublishResult> flush(std::chrono::milliseconds timeout);
 
  private:
-  DevicePublishQueue(CommitFn commit, AbandonFn abandon)
-      : commit_(std::move(commit)), abandon_(std::move(abandon)) {}
+  DevicePublishQueue(std::unique_ptr<AsyncCopier> copier, CommitFn commit, AbandonFn abandon)
+      : copier_(std::move(copier)), commit_(std::move(commit)), abandon_(std::move(abandon)) {}
   void run();
 
+  std::unique_ptr<AsyncCopier> copier_;
   CommitFn commit_;
   AbandonFn abandon_;
-  CudaStream stream_;
-  CudaEvent ready_;  // recorded on the caller's stream
-  CudaEvent done_;   // recorded on stream_ after the copies
 
   std::mutex mu_;
   std::condition_variable cv_;

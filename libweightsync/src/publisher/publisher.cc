@@ -13,6 +13,7 @@
 #include "common/host_identity.h"
 #include "common/log.h"
 #include "cuda/cuda_runtime.h"
+#include "cuda/device_backend.h"
 #include "cuda/device_slot_memory.h"
 #include "net/socket.h"
 #include "net/unix_socket.h"
@@ -44,7 +45,7 @@ class Publisher::Impl {
   // Device publishes: host slots page-locked on first use, then the commit
   // queue. Declared after `ring`: destroyed first (the queue waits for its
   // copy in flight, then the pins go, then the slots).
-  std::vector<detail::HostRegistration> slot_pins;
+  std::vector<std::unique_ptr<detail::HostPin>> slot_pins;
   std::unique_ptr<detail::DevicePublishQueue> device_queue;
 
   bool device_slots() const { return ring->slot_memory_kind() == MemoryKind::kCuda; }
@@ -102,11 +103,11 @@ class Publisher::Impl {
 
 Status Publisher::Impl::prepare_device_publish() {
   if (device_queue) return Status();
+  const detail::DeviceBackend backend = detail::device_backend();
   if (!device_slots()) {
     const auto start = std::chrono::steady_clock::now();
     for (std::uint32_t i = 0; i < ring->slot_count(); ++i) {
-      auto pinned =
-          detail::HostRegistration::register_memory(ring->slot_data(i), ring->slot_region(i).mapped_size());
+      auto pinned = backend.pin_host(ring->slot_data(i), ring->slot_region(i).mapped_size());
       if (!pinned.ok()) {
         slot_pins.clear();
         return pinned.status();
@@ -117,7 +118,13 @@ Status Publisher::Impl::prepare_device_publish() {
             ring->slot_bytes(),
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  auto copier = backend.make_copier();
+  if (!copier.ok()) {
+    slot_pins.clear();
+    return copier.status();
+  }
   auto queue = detail::DevicePublishQueue::create(
+      std::move(*copier),
       [this](const detail::DeviceCopyJob& job) -> Result<PublishResult> {
         std::optional<std::uint64_t> checksum;
         if (checksums) checksum = checksum_of_slot(job.slot);
@@ -452,8 +459,8 @@ Result<PublishTicket> Publisher::publish_from_device(std::uint64_t version,
   std::vector<detail::DeviceCopy> copies;  // dest filled in once a slot is reserved
   std::vector<std::uint64_t> offsets;
   if (image) {
-    if (Status s =
-            detail::check_device_pointer(tensors[0].data, tensors[0].bytes, "publish_from_device source");
+    if (Status s = detail::device_backend().check_device_memory(tensors[0].data, tensors[0].bytes,
+                                                                "the publish_from_device source");
         !s.ok())
       return s;
     copies.push_back(detail::DeviceCopy{nullptr, tensors[0].data, tensors[0].bytes});
@@ -479,7 +486,9 @@ Result<PublishTicket> Publisher::publish_from_device(std::uint64_t version,
                                                        std::to_string(t.bytes) + " bytes; the layout says " +
                                                        std::to_string(entry->bytes));
       }
-      if (Status s = detail::check_device_pointer(t.data, t.bytes, "publish_from_device source"); !s.ok())
+      if (Status s =
+              detail::device_backend().check_device_memory(t.data, t.bytes, "the publish_from_device source");
+          !s.ok())
         return Status(s.code(), "tensor '" + t.name + "': " + s.message());
       copies.push_back(detail::DeviceCopy{nullptr, t.data, t.bytes});
       offsets.push_back(entry->offset);

@@ -82,11 +82,11 @@ class Subscriber::Impl {
   Status check_device_destination(const Destination& dst) const {
     const detail::DeviceBackend backend = detail::device_backend();
     if (dst.is_contiguous()) {
-      return backend.check_destination(dst.data(), std::min<std::size_t>(dst.bytes(), layout.total_bytes()),
-                                       "the contiguous destination");
+      return backend.check_device_memory(dst.data(), std::min<std::size_t>(dst.bytes(), layout.total_bytes()),
+                                         "the contiguous destination");
     }
     for (const auto& e : dst.entries()) {
-      Status s = backend.check_destination(e.data, e.bytes, "a scatter destination entry");
+      Status s = backend.check_device_memory(e.data, e.bytes, "a scatter destination entry");
       if (!s.ok()) return Status(s.code(), "tensor '" + e.name + "': " + s.message());
     }
     return Status();
