@@ -26,13 +26,9 @@ Result<std::unique_ptr<DataChannel>> open(const std::string& name, const Transpo
     if (shm->boot_id != boot_id()) {
       return Status(ErrorCode::kInvalidConfig, "the publisher runs on another host");
     }
-    if (name == "cuda_ipc") {
-      return open_cuda_ipc_data_channel(CudaIpcChannelConfig{shm->socket_name, in.secret, in.session_id,
-                                                             in.client_name, in.connect_timeout_ms,
-                                                             in.slot_count, in.slot_bytes});
-    }
-    return open_shm_data_channel(ShmChannelConfig{shm->socket_name, in.secret, in.session_id, in.client_name,
-                                                  in.connect_timeout_ms, in.slot_count, in.slot_bytes});
+    const LocalChannelConfig local{shm->socket_name,      in.secret,     in.session_id, in.client_name,
+                                   in.connect_timeout_ms, in.slot_count, in.slot_bytes};
+    return name == "cuda_ipc" ? open_cuda_ipc_data_channel(local) : open_shm_data_channel(local);
   }
   return open_tcp_data_channel(
       TcpChannelConfig{in.publisher, in.secret, in.session_id, in.client_name, in.connect_timeout_ms});

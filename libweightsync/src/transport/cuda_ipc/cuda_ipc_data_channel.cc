@@ -9,16 +9,13 @@
 #include <cerrno>
 #include <cstring>
 
-#include "auth/handshake.h"
 #include "common/host_identity.h"
 #include "cuda/cuda_runtime.h"
 #include "net/unix_socket.h"
-#include "wire/frame_io.h"
+#include "wire/messages.h"
 
 namespace weightsync::detail {
 namespace {
-
-constexpr const char* kPeer = "publisher (local socket)";
 
 class CudaIpcDataChannel final : public DataChannel {
  public:
@@ -86,22 +83,16 @@ TransportInfo probe_cuda_ipc() {
   return info;
 }
 
-Result<std::unique_ptr<DataChannel>> open_cuda_ipc_data_channel(const CudaIpcChannelConfig& config) {
+Result<std::unique_ptr<DataChannel>> open_cuda_ipc_data_channel(const LocalChannelConfig& config) {
   if (Status ready = cuda_ready(); !ready.ok()) return ready;
-  const Deadline deadline = Deadline::after(std::chrono::milliseconds(config.connect_timeout_ms));
-  auto socket = connect_unix_abstract(config.socket_name, deadline);
-  if (!socket.ok()) return socket.status();
-  auto session =
-      client_handshake(*socket, config.secret, Role::kShm, config.session_id, config.client_name, deadline);
-  if (!session.ok()) return session.status();
-  auto frame = read_expected(*socket, MsgType::kCudaIpcRegions, kMaxReplyPayload, deadline, kPeer);
-  if (!frame.ok()) return frame.status();
-  auto regions = CudaIpcRegionsMsg::decode(frame->payload);
+  auto local = open_local_session(config, MsgType::kCudaIpcRegions);
+  if (!local.ok()) return local.status();
+  auto regions = CudaIpcRegionsMsg::decode(local->regions.payload);
   if (!regions.ok()) return regions.status();
   if (regions->slot_count != config.slot_count || regions->slot_bytes != config.slot_bytes) {
     return Status(ErrorCode::kProtocolError, "publisher's CUDA regions do not match its slot table");
   }
-  auto fds = recv_fds(*socket, 1, deadline, kPeer);
+  auto fds = recv_fds(local->socket, 1, local->deadline, kLocalPublisherPeer);
   if (!fds.ok()) return fds.status();
   const int stamp_fd = fds->front();
   struct stat st {};

@@ -13,21 +13,12 @@
 #include <string>
 
 #include "transport/data_channel.h"
+#include "transport/local_session.h"
 #include "weightsync/transports.h"
 
 namespace weightsync::detail {
 
-struct CudaIpcChannelConfig {
-  std::string socket_name;
-  std::string secret;
-  std::uint64_t session_id = 0;
-  std::string client_name;
-  int connect_timeout_ms = 5000;
-  std::uint32_t slot_count = 0;
-  std::uint64_t slot_bytes = 0;
-};
-
-Result<std::unique_ptr<DataChannel>> open_cuda_ipc_data_channel(const CudaIpcChannelConfig& config);
+Result<std::unique_ptr<DataChannel>> open_cuda_ipc_data_channel(const LocalChannelConfig& config);
 
 // Viable when CUDA is usable here and same-host peers can be recognised.
 TransportInfo probe_cuda_ipc();

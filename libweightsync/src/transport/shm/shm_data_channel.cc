@@ -11,15 +11,12 @@
 #include <cstring>
 #include <vector>
 
-#include "auth/handshake.h"
 #include "net/unix_socket.h"
 #include "transport/direct_copy.h"
-#include "wire/frame_io.h"
+#include "wire/messages.h"
 
 namespace weightsync::detail {
 namespace {
-
-constexpr const char* kPeer = "publisher (local socket)";
 
 // A read-only mapping of one received descriptor.
 class ReadOnlyMapping {
@@ -76,21 +73,16 @@ class ShmDataChannel final : public DataChannel {
 
 }  // namespace
 
-Result<std::unique_ptr<DataChannel>> open_shm_data_channel(const ShmChannelConfig& config) {
-  const Deadline deadline = Deadline::after(std::chrono::milliseconds(config.connect_timeout_ms));
-  auto socket = connect_unix_abstract(config.socket_name, deadline);
-  if (!socket.ok()) return socket.status();
-  auto session =
-      client_handshake(*socket, config.secret, Role::kShm, config.session_id, config.client_name, deadline);
-  if (!session.ok()) return session.status();
-  auto frame = read_expected(*socket, MsgType::kShmRegions, kMaxReplyPayload, deadline, kPeer);
-  if (!frame.ok()) return frame.status();
-  auto regions = ShmRegionsMsg::decode(frame->payload);
+Result<std::unique_ptr<DataChannel>> open_shm_data_channel(const LocalChannelConfig& config) {
+  auto local = open_local_session(config, MsgType::kShmRegions);
+  if (!local.ok()) return local.status();
+  const Deadline deadline = local->deadline;
+  auto regions = ShmRegionsMsg::decode(local->regions.payload);
   if (!regions.ok()) return regions.status();
   if (regions->slot_count != config.slot_count || regions->slot_bytes != config.slot_bytes) {
     return Status(ErrorCode::kProtocolError, "publisher's shared regions do not match its slot table");
   }
-  auto fds = recv_fds(*socket, regions->slot_count + 1, deadline, kPeer);
+  auto fds = recv_fds(local->socket, regions->slot_count + 1, deadline, kLocalPublisherPeer);
   if (!fds.ok()) return fds.status();
   std::vector<ReadOnlyMapping> slots;
   Status failed;

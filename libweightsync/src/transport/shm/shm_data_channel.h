@@ -9,19 +9,10 @@
 #include <string>
 
 #include "transport/data_channel.h"
+#include "transport/local_session.h"
 
 namespace weightsync::detail {
 
-struct ShmChannelConfig {
-  std::string socket_name;
-  std::string secret;
-  std::uint64_t session_id = 0;
-  std::string client_name;
-  int connect_timeout_ms = 5000;
-  std::uint32_t slot_count = 0;
-  std::uint64_t slot_bytes = 0;
-};
-
-Result<std::unique_ptr<DataChannel>> open_shm_data_channel(const ShmChannelConfig& config);
+Result<std::unique_ptr<DataChannel>> open_shm_data_channel(const LocalChannelConfig& config);
 
 }  // namespace weightsync::detail
