@@ -50,9 +50,12 @@ int main(int argc, char** argv) {
     std::printf("{\"version\": \"%s\", \"transports\": [", weightsync::version());
     for (std::size_t i = 0; i < transports.size(); ++i) {
       const auto& t = transports[i];
-      std::printf("%s{\"name\": \"%s\", \"viable\": %s, \"reason\": \"%s\", \"description\": \"%s\"}",
-                  i ? ", " : "", json_escape(t.name).c_str(), t.viable ? "true" : "false",
-                  json_escape(t.reason).c_str(), json_escape(t.description).c_str());
+      std::printf(
+          "%s{\"name\": \"%s\", \"viable\": %s, \"reason\": \"%s\", \"description\": \"%s\", "
+          "\"reads_cuda_slots\": %s, \"writes_cuda_memory\": %s}",
+          i ? ", " : "", json_escape(t.name).c_str(), t.viable ? "true" : "false",
+          json_escape(t.reason).c_str(), json_escape(t.description).c_str(),
+          t.reads_cuda_slots ? "true" : "false", t.writes_cuda_memory ? "true" : "false");
     }
     const weightsync::CudaInfo cuda = weightsync::cuda_info();
     std::printf(
@@ -79,6 +82,8 @@ int main(int argc, char** argv) {
     std::printf("#   %-8s %-10s %s\n", t.name.c_str(), t.viable ? "viable" : "NOT VIABLE",
                 t.description.c_str());
     if (!t.viable) std::printf("#            why: %s\n", t.reason.c_str());
+    std::printf("#            memory: %s slots; CUDA destinations %s\n", t.reads_cuda_slots ? "CUDA" : "host",
+                t.writes_cuda_memory ? "written directly" : "staged through page-locked host chunks");
   }
   const weightsync::CudaInfo cuda = weightsync::cuda_info();
   std::printf("#\n# CUDA memory (slots, destinations, device publishes)\n");

@@ -180,8 +180,9 @@ TEST_CASE("device publish: order_after waits for the copy, and the destructor fo
     CHECK(control->batches == 1);  // the copy has read its sources
   }
   {
+    std::vector<char> image;  // the source outlives the publisher, as the contract requires
     auto publisher = make_publisher();
-    const auto image = image_of(publisher->layout(), 1);
+    image = image_of(publisher->layout(), 1);
     REQUIRE(publisher->publish_from_device(1, image.data(), image.size()).ok());
     // Destroyed with the copy in flight: it must end before the slots go (ASan checks the rest).
   }

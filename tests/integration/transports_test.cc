@@ -36,6 +36,12 @@ TEST_CASE("transports: listed best first, and verbs without a device says why an
     if (!t.viable) CHECK_FALSE(t.reason.empty());  // every "no" comes with a reason
   }
   CHECK(names == std::vector<std::string>{"verbs", "ucx", "cuda_ipc", "shm", "tcp"});
+  for (const auto& t : transports) {
+    INFO(t.name);
+    // Only cuda_ipc reads CUDA slots and writes CUDA destinations itself; the rest stage.
+    CHECK(t.reads_cuda_slots == (t.name == "cuda_ipc"));
+    CHECK(t.writes_cuda_memory == (t.name == "cuda_ipc"));
+  }
   CHECK(transports.back().viable);  // tcp works everywhere
   if (rdma_device_present()) {
     WARN("this machine has an RDMA device; the no-device half of this test did not run");

@@ -21,7 +21,7 @@
 //   publisher's commit thread commits the version when the copy is complete.
 //   Host slots are page-locked (cudaHostRegister) on the first such call. At
 //   most one device publish is in flight: the next one first waits for it.
-//   The sources must not change until the copy has read them:
+//   The sources must stay allocated and unchanged until the copy has read them:
 //   order_after_device_publish() (device-side wait) or flush_device_publishes()
 //   (host-side wait) before overwriting them.
 //   A failed copy abandons the slot; the error is returned by the next

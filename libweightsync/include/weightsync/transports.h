@@ -23,6 +23,12 @@ struct TransportInfo {
   std::string description;  // one line: what it does
   bool viable = false;
   std::string reason;  // why not, when !viable
+  // Memory kinds it works with directly (docs/gpu.md). Every transport reads
+  // host slots and writes host destinations except where noted; a transport
+  // that cannot write CUDA memory still serves CUDA destinations, through the
+  // subscriber's page-locked staging ring.
+  bool reads_cuda_slots = false;    // serves publishers whose slots are CUDA memory (and then only those)
+  bool writes_cuda_memory = false;  // copies straight into CUDA destinations
 };
 
 std::vector<TransportInfo> available_transports();

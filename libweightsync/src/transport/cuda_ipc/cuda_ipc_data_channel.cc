@@ -72,6 +72,8 @@ TransportInfo probe_cuda_ipc() {
   TransportInfo info{
       "cuda_ipc", "same-host CUDA IPC: device-to-device copy from the publisher's GPU slot (CUDA slots only)",
       false, ""};
+  info.reads_cuda_slots = true;
+  info.writes_cuda_memory = true;
   const CudaInfo cuda = cuda_info();
   if (!cuda.usable) {
     info.reason = cuda.reason;
