@@ -55,19 +55,23 @@ Status cuda_ready() {
   return Status(ErrorCode::kInvalidConfig, "CUDA memory cannot be used here: " + info.reason);
 }
 
-Status check_device_pointer(const void* ptr, std::size_t bytes, const char* what) {
-  if (Status ready = cuda_ready(); !ready.ok()) return ready;
-  if (ptr == nullptr || bytes == 0)
-    return Status(ErrorCode::kInvalidArgument, std::string(what) + " is empty or null");
+namespace {
+
+// The device of the allocation holding `p` on the current device; an error
+// naming `what` if it is not device (or managed) memory of the current device.
+Status check_one_address(const void* p, const char* what, const char* which) {
   cudaPointerAttributes attr{};
-  const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  const cudaError_t err = cudaPointerGetAttributes(&attr, p);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return cuda_error(err, std::string(what) + " is not memory CUDA knows", ErrorCode::kInvalidArgument);
+    return cuda_error(err, std::string(what) + " (" + which + ") is not memory CUDA knows",
+                      ErrorCode::kInvalidArgument);
   }
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
     return Status(ErrorCode::kInvalidArgument,
-                  std::string(what) + " was declared MemoryKind::kCuda but is host memory; declare it kHost");
+                  std::string(what) + " (" + which +
+                      ") is not CUDA device memory; declare host memory kHost, and "
+                      "give the region's exact size");
   }
   int device = 0;
   cudaGetDevice(&device);
@@ -77,6 +81,18 @@ Status check_device_pointer(const void* ptr, std::size_t bytes, const char* what
                       ", but the current device is " + std::to_string(device) + "; call cudaSetDevice first");
   }
   return Status();
+}
+
+}  // namespace
+
+Status check_device_pointer(const void* ptr, std::size_t bytes, const char* what) {
+  if (Status ready = cuda_ready(); !ready.ok()) return ready;
+  if (ptr == nullptr || bytes == 0)
+    return Status(ErrorCode::kInvalidArgument, std::string(what) + " is empty or null");
+  // Both ends: a region that runs past its allocation usually ends outside
+  // device memory (the runtime cannot give an allocation's size here).
+  if (Status s = check_one_address(ptr, what, "its first byte"); !s.ok()) return s;
+  return check_one_address(static_cast<const char*>(ptr) + (bytes - 1), what, "its last byte");
 }
 
 Status copy_async(void* dst, const void* src, std::size_t bytes, void* stream) {
