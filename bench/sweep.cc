@@ -100,12 +100,14 @@ std::vector<std::string> cell_environment(const TransportSpec& t) {
     env.push_back("UCX_TLS=" + t.detail);
     if (t.detail.find("tcp") != std::string::npos) {
       // UCX emulates RMA over tcp; weightsync offers it only when told to
-      // (docs/transports.md). The bench accepts the risk to measure it.
+      // (docs/transports.md: any peer can then read and write the publisher's
+      // memory). The bench accepts the risk to measure it, on loopback.
       env.push_back("WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA=1");
+    } else {
+      // UCX's shared memory reaches only slots UCX allocated, which are mapped
+      // writable into every ucx subscriber: an explicit opt-in (docs/security.md).
+      env.push_back("WEIGHTSYNC_SLOT_ALLOCATOR=ucx");
     }
-  } else {
-    // Keep UCX from taking the slots (WEIGHTSYNC_SLOT_ALLOCATOR=auto) so shm stays offered.
-    env.push_back("UCX_TLS=");
   }
   return env;
 }

@@ -9,6 +9,8 @@
 #      OUT/plots/learning.png and OUT/plots/timeline.png.
 # Usage: scripts/demo.sh [--out DIR] [--steps N] [--generators N] [--sft-steps N]
 #        (default --out build/demo; rl-run.sh options after --)
+# Unless WEIGHTSYNC_SECRET is set, both runs share a random per-run secret,
+# written to OUT/secret (mode 0600).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
@@ -22,7 +24,7 @@ while [ $# -gt 0 ]; do
     --generators) generators="$2"; shift 2 ;;
     --sft-steps) sft_steps="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +39,8 @@ elapsed() { echo "$(( $(date +%s) - began ))s"; }
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 rm -rf "$out/sync" "$out/async" "$out/plots"
+. "$root/scripts/run-secret.sh"
+ws_run_secret "$out" demo  # exported: rl-run.sh and its processes use it
 
 cache="${WEIGHTSYNC_CACHE_DIR:-$HOME/.cache/weightsync}/sft-$sft_steps"
 if [ -f "$cache/policy.safetensors" ]; then

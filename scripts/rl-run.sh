@@ -11,6 +11,9 @@
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
 # Across hosts run the same two executables yourself: see docs/rl_loop.md.
+# Unless WEIGHTSYNC_SECRET is set, every process of the run gets a random
+# per-run secret, also written to DIR/secret (mode 0600) so you can attach
+# another process: WEIGHTSYNC_SECRET="$(cat DIR/secret)" build/bin/generator ...
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
     --device) device="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "rl-run: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +45,9 @@ for tool in trainer generator; do
 done
 mkdir -p "$out"
 rm -f "$out/address.json"
+# Before any process starts: the trainer and the generators read it.
+. "$root/scripts/run-secret.sh"
+ws_run_secret "$out" rl-run
 
 # async: each generator sends its share of a step's groups and may run two
 # steps ahead of the trainer (generator --groups-per-version, --max-ahead).

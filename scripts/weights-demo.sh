@@ -4,6 +4,8 @@
 # ring; the subscriber pulls each new one straight into per-tensor buffers,
 # checks every byte, and prints a summary line (versions, bytes, GB/s).
 # Usage: scripts/weights-demo.sh [--size-mib N] [--versions N] [--tensors N]
+# Unless WEIGHTSYNC_SECRET is set, both processes share a random per-run
+# secret, written (mode 0600) to the run's temporary folder while it runs.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
@@ -14,7 +16,7 @@ while [ $# -gt 0 ]; do
     --size-mib) size_mib="$2"; shift 2 ;;
     --versions) versions="$2"; shift 2 ;;
     --tensors) tensors="$2"; shift 2 ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -30,6 +32,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+. "$root/scripts/run-secret.sh"
+ws_run_secret "$work" demo  # exported: the publisher and the subscriber use it
 
 "$build/examples/ws-example-publisher" --size-mib "$size_mib" --tensors "$tensors" --versions "$versions" \
   --interval-ms 1000 --linger-s 120 --address-file "$work/address" &

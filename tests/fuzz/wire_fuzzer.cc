@@ -6,10 +6,15 @@
 #include <cstdlib>
 #include <vector>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "auth/server_handshake.h"
 #include "transport/ucx/ucx_offer.h"
 #include "transport/verbs/verbs_wire.h"
 #include "weightsync/layout.h"
 #include "wire/frame.h"
+#include "wire/frame_assembler.h"
 #include "wire/messages.h"
 
 using namespace weightsync;
@@ -19,9 +24,38 @@ namespace {
 void require(bool condition) {
   if (!condition) std::abort();  // a broken invariant is a finding
 }
+
+// The publisher's event loop: bytes from an unauthenticated peer are framed
+// by FrameAssembler under the pre-authentication bound, then fed to the
+// handshake state machine, which must refuse anything but HELLO then AUTH.
+void fuzz_handshake(const std::uint8_t* data, std::size_t size) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
+  Socket reader(fds[0]);
+  (void)!::write(fds[1], data, size);
+  ::close(fds[1]);
+  FrameAssembler in;
+  HandshakeResponder responder("fuzz-secret");
+  for (int frames = 0; frames < 4; ++frames) {
+    auto progress = in.read_from(reader, kMaxHandshakePayload, "fuzz");
+    if (!progress.ok() || *progress != FrameAssembler::Progress::kFrame) return;
+    Frame frame = in.take_frame();
+    require(frame.payload.size() <= kMaxHandshakePayload);
+    if (!responder.hello_received()) {
+      if (!responder.on_hello(frame).ok()) return;
+      require(frame.type == MsgType::kHello);
+    } else {
+      // A forged AUTH never passes: the MAC covers a nonce the peer never saw.
+      require(!responder.on_auth(frame).ok());
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz_handshake(data, size);
   if (size >= kFrameHeaderBytes) {
     auto header = decode_header(data, kMaxRequestPayload);
     if (header.ok()) require(header->payload_bytes <= kMaxRequestPayload);

@@ -147,10 +147,11 @@ TEST_CASE("shm: the local socket is authenticated, role-checked, and hands out r
   }
   auto tcp_shm = connect_tcp(*target, deadline);
   REQUIRE(tcp_shm.ok());
-  REQUIRE(client_handshake(*tcp_shm, kSecret, Role::kShm, control->session_id(), "confused", deadline).ok());
-  auto tcp_reply = read_frame(*tcp_shm, kMaxReplyPayload, deadline, deadline, "publisher");
-  REQUIRE(tcp_reply.ok());
-  CHECK(tcp_reply->type == MsgType::kError);
+  // Refused in the handshake: no WELCOME, no descriptors.
+  auto tcp_hs = client_handshake(*tcp_shm, kSecret, Role::kShm, control->session_id(), "confused", deadline);
+  REQUIRE_FALSE(tcp_hs.ok());
+  CHECK(tcp_hs.status().code() == ErrorCode::kProtocolError);
+  CHECK(tcp_hs.status().message().find("local socket") != std::string::npos);
 
   // The real thing: descriptors arrive, and they map for reading only.
   auto local = connect_unix_abstract(offer->socket_name, deadline);

@@ -88,7 +88,7 @@ bool ucx_viable() {
 }
 }  // namespace
 
-TEST_CASE("slot allocator: UCX allocates the slots when UCX_TLS names its shared memory, else memfd",
+TEST_CASE("slot allocator: memfd by default even under UCX shared memory, and UCX only when asked for",
           "[transports]") {
   {
     // UCX's default transports include tcp: UCX is not offered, memfd slots, shm offered.
@@ -104,7 +104,20 @@ TEST_CASE("slot allocator: UCX allocates the slots when UCX_TLS names its shared
     return;
   }
   {
+    // The default stays memfd: UCX-allocated slots would be mapped writable into
+    // every ucx subscriber (docs/security.md); shm is the same-host path.
     auto publisher = Publisher::create(bytes_layout(1 << 20));
+    REQUIRE(publisher.ok());
+    CHECK((*publisher)->slot_allocator() == "memfd");
+    auto shm = Subscriber::connect((*publisher)->address(), quick_options(5000, "auto"));
+    REQUIRE(shm.ok());
+    CHECK((*shm)->transport() == "shm");
+  }
+  {
+    // The explicit opt-in: subscribers are trusted with the slots.
+    PublisherOptions trusting;
+    trusting.slot_allocator = "ucx";
+    auto publisher = Publisher::create(bytes_layout(1 << 20), trusting);
     REQUIRE(publisher.ok());
     CHECK((*publisher)->slot_allocator() == "ucx");
     publish_pattern(**publisher, 1);

@@ -1,14 +1,20 @@
 // SlotRing: slot choice, seqlock stamps, leases and the full-ring policies.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "ring/slot_ring.h"
 
 using namespace weightsync;
 using namespace weightsync::detail;
 
 namespace {
-std::unique_ptr<SlotRing> make_ring(std::size_t slots, FullRingPolicy policy) {
-  auto ring = SlotRing::create(slots, 4096, policy, memfd_slot_allocator(false));
+constexpr std::chrono::milliseconds kLongLeaseTimeout{60000};
+
+std::unique_ptr<SlotRing> make_ring(std::size_t slots, FullRingPolicy policy,
+                                    std::chrono::milliseconds lease_timeout = kLongLeaseTimeout) {
+  auto ring = SlotRing::create(slots, 4096, policy, lease_timeout, memfd_slot_allocator(false));
   REQUIRE(ring.ok());
   return std::move(*ring);
 }
@@ -72,10 +78,10 @@ TEST_CASE("ring: a full ring revokes the oldest lease under kRevokeOldest", "[ri
   CHECK(ring->stamp_before(lease1->slot) != lease1->stamp);
   CHECK(ring->check_lease(8, lease2->lease_id).ok());
   ring->commit(r3->slot, 3, std::nullopt);
-  PublisherStats stats;
-  ring->fill_stats(&stats);
-  CHECK(stats.leases_revoked == 1);
-  CHECK(stats.leases_active == 1);
+  RingStats stats = ring->stats();
+  CHECK(stats.revoked == 1);
+  CHECK(stats.expired == 0);  // the lease was young: revoked, not expired
+  CHECK(stats.active == 1);
 }
 
 TEST_CASE("ring: a full ring skips the version under kSkip and disturbs no reader", "[ring]") {
@@ -106,9 +112,156 @@ TEST_CASE("ring: leases belong to a session and die with it", "[ring]") {
   REQUIRE_FALSE(foreign.ok());
   CHECK(foreign.status().code() == ErrorCode::kInvalidArgument);
   ring->release_session(11);
-  PublisherStats stats;
-  ring->fill_stats(&stats);
-  CHECK(stats.leases_active == 0);
+  CHECK(ring->stats().active == 0);
   for (std::size_t i = 0; i < SlotRing::kMaxLeasesPerSession; ++i) REQUIRE(ring->acquire(13, 0).ok());
   CHECK_FALSE(ring->acquire(13, 0).ok());  // bounded per session
+}
+
+TEST_CASE("ring: the per-session lease cap holds and is given back by release and session end", "[ring]") {
+  auto ring = make_ring(3, FullRingPolicy::kRevokeOldest);
+  publish(*ring, 1);
+  std::vector<LeaseGrant> mine;
+  for (std::size_t i = 0; i < SlotRing::kMaxLeasesPerSession; ++i) {
+    auto lease = ring->acquire(21, 0);
+    REQUIRE(lease.ok());
+    mine.push_back(*lease);
+  }
+  auto over = ring->acquire(21, 0);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.status().code() == ErrorCode::kInvalidArgument);
+  auto other = ring->acquire(22, 0);  // the cap is per session
+  REQUIRE(other.ok());
+  CHECK(ring->stats().active == SlotRing::kMaxLeasesPerSession + 1);
+
+  ring->release(22, mine[0].lease_id);  // another session's release is ignored
+  CHECK_FALSE(ring->acquire(21, 0).ok());
+  ring->release(21, mine[0].lease_id);  // one back: one more may be taken
+  auto again = ring->acquire(21, 0);
+  REQUIRE(again.ok());
+  CHECK_FALSE(ring->acquire(21, 0).ok());
+
+  // Revoked leases still count until they are released.
+  auto ring2 = make_ring(2, FullRingPolicy::kRevokeOldest);
+  publish(*ring2, 1);
+  for (std::size_t i = 0; i < SlotRing::kMaxLeasesPerSession; ++i) REQUIRE(ring2->acquire(31, 0).ok());
+  publish(*ring2, 2);
+  auto r3 = ring2->reserve(3);  // revokes all 8 on version 1's slot
+  REQUIRE(r3.ok());
+  CHECK(r3->revoked == SlotRing::kMaxLeasesPerSession);
+  ring2->commit(r3->slot, 3, std::nullopt);
+  CHECK(ring2->stats().active == 0);
+  CHECK_FALSE(ring2->acquire(31, 0).ok());
+  ring2->release_session(31);
+  for (std::size_t i = 0; i < SlotRing::kMaxLeasesPerSession; ++i) REQUIRE(ring2->acquire(31, 0).ok());
+
+  // Ending a session frees exactly its leases, and its cap.
+  ring->release_session(21);
+  CHECK(ring->stats().active == 1);  // session 22's lease
+  CHECK(ring->check_lease(22, other->lease_id).ok());
+  auto gone = ring->check_lease(21, again->lease_id);
+  REQUIRE_FALSE(gone.ok());
+  CHECK(gone.status().code() == ErrorCode::kInvalidArgument);
+  for (std::size_t i = 0; i < SlotRing::kMaxLeasesPerSession; ++i) REQUIRE(ring->acquire(21, 0).ok());
+  CHECK_FALSE(ring->acquire(21, 0).ok());
+  CHECK(ring->stats().active == SlotRing::kMaxLeasesPerSession + 1);
+  CHECK(ring->stats().granted == 2 * SlotRing::kMaxLeasesPerSession + 2);
+}
+
+TEST_CASE("ring: a lease timeout below 1 ms is refused", "[ring]") {
+  auto ring = SlotRing::create(2, 4096, FullRingPolicy::kSkip, std::chrono::milliseconds(0),
+                               memfd_slot_allocator(false));
+  REQUIRE_FALSE(ring.ok());
+  CHECK(ring.status().code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("ring: under kSkip a slot whose leases all outlived the lease timeout is taken back", "[ring]") {
+  constexpr auto kTimeout = std::chrono::milliseconds(250);
+  auto ring = make_ring(3, FullRingPolicy::kSkip, kTimeout);
+  // A reader leases every version as it appears and never lets go.
+  std::vector<LeaseGrant> held;
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    publish(*ring, v);
+    auto lease = ring->acquire(7, v - 1);
+    REQUIRE(lease.ok());
+    held.push_back(*lease);
+  }
+  const auto t0 = SlotRing::Clock::now();
+  auto young = ring->reserve(4);
+  REQUIRE_FALSE(young.ok());  // every candidate has a young lease
+  CHECK(young.status().code() == ErrorCode::kBusy);
+  REQUIRE(SlotRing::Clock::now() - t0 < kTimeout);  // else this machine was too slow to tell
+  std::this_thread::sleep_for(kTimeout + std::chrono::milliseconds(50));
+  auto r4 = ring->reserve(4);
+  REQUIRE(r4.ok());
+  CHECK(r4->slot == held[0].slot);  // the oldest version's slot
+  CHECK(r4->revoked == 1);
+  auto check = ring->check_lease(7, held[0].lease_id);
+  REQUIRE_FALSE(check.ok());
+  CHECK(check.status().code() == ErrorCode::kVersionRevoked);
+  CHECK(ring->stamp_before(held[0].slot) != held[0].stamp);
+  CHECK(ring->check_lease(7, held[1].lease_id).ok());
+  CHECK(ring->check_lease(7, held[2].lease_id).ok());
+  ring->commit(r4->slot, 4, std::nullopt);
+  RingStats stats = ring->stats();
+  CHECK(stats.skipped == 1);
+  CHECK(stats.revoked == 1);
+  CHECK(stats.expired == 1);
+  CHECK(stats.active == 2);
+  CHECK(stats.published == 4);
+}
+
+TEST_CASE("ring: under kSkip one young lease keeps a slot even beside expired ones", "[ring]") {
+  constexpr auto kTimeout = std::chrono::milliseconds(250);
+  auto ring = make_ring(2, FullRingPolicy::kSkip, kTimeout);
+  publish(*ring, 1);
+  auto old_lease = ring->acquire(7, 0);
+  REQUIRE(old_lease.ok());
+  std::this_thread::sleep_for(kTimeout + std::chrono::milliseconds(50));
+  const auto t0 = SlotRing::Clock::now();
+  auto young_lease = ring->acquire(8, 0);  // version 1 again, now with a young lease
+  REQUIRE(young_lease.ok());
+  publish(*ring, 2);  // the free slot
+  auto busy = ring->reserve(3);
+  REQUIRE_FALSE(busy.ok());
+  CHECK(busy.status().code() == ErrorCode::kBusy);
+  REQUIRE(SlotRing::Clock::now() - t0 < kTimeout);  // else this machine was too slow to tell
+  CHECK(ring->check_lease(7, old_lease->lease_id).ok());
+  std::this_thread::sleep_for(kTimeout + std::chrono::milliseconds(50));
+  auto r3 = ring->reserve(3);
+  REQUIRE(r3.ok());
+  CHECK(r3->revoked == 2);
+  CHECK(ring->check_lease(7, old_lease->lease_id).status().code() == ErrorCode::kVersionRevoked);
+  CHECK(ring->check_lease(8, young_lease->lease_id).status().code() == ErrorCode::kVersionRevoked);
+  ring->abandon(r3->slot);
+  RingStats stats = ring->stats();
+  CHECK(stats.expired == 2);
+  CHECK(stats.revoked == 2);
+  CHECK(stats.active == 0);
+}
+
+TEST_CASE("ring: under kRevokeOldest revocations of old leases are counted as expired", "[ring]") {
+  constexpr auto kTimeout = std::chrono::milliseconds(250);
+  auto ring = make_ring(2, FullRingPolicy::kRevokeOldest, kTimeout);
+  publish(*ring, 1);
+  const auto t0 = SlotRing::Clock::now();
+  REQUIRE(ring->acquire(7, 0).ok());
+  publish(*ring, 2);
+  auto young = ring->reserve(3);  // revoked at once, young as it is
+  REQUIRE(young.ok());
+  CHECK(young->revoked == 1);
+  REQUIRE(SlotRing::Clock::now() - t0 < kTimeout);  // else this machine was too slow to tell
+  ring->commit(young->slot, 3, std::nullopt);
+  CHECK(ring->stats().expired == 0);
+  REQUIRE(ring->acquire(7, 0).ok());  // version 3
+  publish(*ring, 4);
+  REQUIRE(ring->acquire(8, 0).ok());  // version 4, so no slot is free
+  std::this_thread::sleep_for(kTimeout + std::chrono::milliseconds(50));
+  auto old = ring->reserve(5);
+  REQUIRE(old.ok());
+  CHECK(old->revoked == 1);
+  ring->commit(old->slot, 5, std::nullopt);
+  RingStats stats = ring->stats();
+  CHECK(stats.revoked == 2);
+  CHECK(stats.expired == 1);
+  CHECK(stats.skipped == 0);
 }

@@ -12,9 +12,12 @@
 //     WEIGHTSYNC_CONNECT_TIMEOUT_MS  connect + handshake timeout (default 5000)
 //     WEIGHTSYNC_TRANSPORT           data transport: auto | verbs | ucx | shm | tcp (default auto)
 //     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
-//     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: offer UCX even where it emulates RMA (see transports.md)
+//     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: INSECURE, any peer can read and write the trainer's memory (transports.md)
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
 //     WEIGHTSYNC_SLOT_ALLOCATOR      who allocates the slots: auto | memfd | ucx (default auto)
+//     WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS  time a new connection has to authenticate (default 2000)
+//     WEIGHTSYNC_IDLE_TIMEOUT_MS     close authenticated connections silent this long (default 0: never)
+//     WEIGHTSYNC_LEASE_TIMEOUT_MS    age after which a lease may be taken back under any policy (default 60000)
 //     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
 //   A malformed value is a kInvalidConfig error naming the variable.
 // - An empty secret means "no secret": the publisher then refuses to bind to a
@@ -72,8 +75,36 @@ struct PublisherOptions {
   bool lock_memory = false;
   // Send/receive stall limit per peer. nullopt: WEIGHTSYNC_TIMEOUT_MS, else 10000.
   std::optional<int> io_timeout_ms;
-  // Most connections served at once (each subscriber uses a control one and a data one).
+  // Most authenticated connections served at once (each subscriber uses a
+  // control one and, over tcp, a data one). Connections still in the
+  // handshake do not count here; they have their own budget below. A
+  // connection turned away for capacity is sent ERROR(kBusy) before it is
+  // closed, and subscribers back off and retry.
   std::size_t max_connections = 256;
+  // Budget of connections that have not authenticated yet: at most
+  // `max_handshakes` at once, at most `max_handshakes_per_address` from one
+  // source address, each closed if it has not finished the handshake within
+  // `handshake_timeout_ms` of being accepted (never more than the I/O
+  // timeout). Past either cap the connection that has waited longest for its
+  // peer (from the same address, if that address is over its cap) is sent
+  // ERROR(kBusy) and closed: a flood evicts itself, while a subscriber that
+  // answers promptly gets through. Peers on this host share no per-address
+  // cap. handshake_timeout_ms nullopt: WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS, else 2000.
+  std::size_t max_handshakes = 64;
+  std::size_t max_handshakes_per_address = 16;
+  std::optional<int> handshake_timeout_ms;
+  // An authenticated connection that sends nothing for this long is sent
+  // ERROR(kTimeout) and closed (and its leases released); its subscriber's
+  // next call fails with kTimeout or kConnectionLost: reconnect. 0: never (TCP keepalive and TCP_USER_TIMEOUT still detect a dead
+  // host). nullopt: WEIGHTSYNC_IDLE_TIMEOUT_MS, else 0.
+  std::optional<int> idle_timeout_ms;
+  // Leases older than this may be taken back to make room for a new version
+  // under every FullRingPolicy: under kSkip a version is skipped only while
+  // every candidate slot has a lease younger than this. Bounds how long one
+  // reader (stalled, stopped or hostile) can freeze publishing. The reader of
+  // a revoked lease gets kVersionRevoked. nullopt: WEIGHTSYNC_LEASE_TIMEOUT_MS,
+  // else 60000.
+  std::optional<int> lease_timeout_ms;
 };
 
 struct SubscriberOptions {

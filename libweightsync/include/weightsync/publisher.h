@@ -80,6 +80,16 @@ struct PublisherStats {
   std::uint64_t auth_failures = 0;
   std::uint64_t protocol_errors = 0;  // connections closed for bad input
   std::uint64_t bytes_served = 0;
+  std::uint64_t leases_expired = 0;         // revoked because older than lease_timeout_ms
+  std::uint64_t connections_refused = 0;    // turned away with ERROR(kBusy): a cap was reached
+  std::uint64_t handshakes_active = 0;      // connections not yet authenticated
+  std::uint64_t handshakes_timed_out = 0;   // closed for not authenticating in time
+  std::uint64_t sessions_idle_closed = 0;   // closed by idle_timeout_ms
+  // False once the thread that accepts and serves connections has stopped on
+  // an error; `server_error` says why. No new subscriber is served then:
+  // recreate the Publisher.
+  bool serving = true;
+  std::string server_error;
 };
 
 class Publisher;

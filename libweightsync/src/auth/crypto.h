@@ -14,7 +14,10 @@ namespace weightsync::detail {
 Status random_bytes(void* out, std::size_t n);
 // A random, non-zero 64-bit identifier (session and lease ids are not guessable).
 Result<std::uint64_t> random_id();
-Mac hmac_sha256(const std::string& key, const std::vector<std::uint8_t>& message);
+// HMAC-SHA256 of `message` under `key`. Fails closed: kInternal when OpenSSL
+// cannot compute it (never a zero or partial MAC); the caller must then
+// abort the handshake.
+Result<Mac> hmac_sha256(const std::string& key, const std::vector<std::uint8_t>& message);
 bool constant_time_equal(const Mac& a, const Mac& b);
 
 }  // namespace weightsync::detail

@@ -1,4 +1,6 @@
-// Mutual challenge-response authentication over HMAC-SHA256.
+// Mutual challenge-response authentication over HMAC-SHA256: the transcript
+// both sides MAC, and the subscriber's side (the publisher's side is the
+// HandshakeResponder state machine, auth/server_handshake.h).
 #include "auth/handshake.h"
 
 #include "auth/crypto.h"
@@ -9,10 +11,16 @@ namespace weightsync::detail {
 namespace {
 
 constexpr const char* kServerPeer = "publisher";
-constexpr const char* kClientPeer = "subscriber";
 
-std::vector<std::uint8_t> transcript(const char* label, Role role, std::uint64_t session_id,
-                                     const Nonce& client_nonce, const Nonce& server_nonce) {
+// Every legitimate handshake message fits kMaxHandshakePayload: HELLO with the
+// longest client name, and ERROR with the longest message (code, length, text).
+static_assert(1 + 8 + kNonceBytes + 2 + kMaxClientName <= kMaxHandshakePayload, "HELLO must fit");
+static_assert(1 + 2 + kMaxErrorMessage <= kMaxHandshakePayload, "ERROR must fit");
+
+}  // namespace
+
+std::vector<std::uint8_t> handshake_transcript(const char* label, Role role, std::uint64_t session_id,
+                                               const Nonce& client_nonce, const Nonce& server_nonce) {
   ByteWriter w;
   w.str16("weightsync/1");
   w.str16(label);
@@ -21,65 +29,6 @@ std::vector<std::uint8_t> transcript(const char* label, Role role, std::uint64_t
   w.bytes(client_nonce.data(), client_nonce.size());
   w.bytes(server_nonce.data(), server_nonce.size());
   return w.take();
-}
-
-void send_error(const Socket& socket, ErrorCode code, const std::string& message, Deadline deadline) {
-  (void)write_frame(socket, MsgType::kError, ErrorMsg{code, message}.encode(), deadline, kClientPeer);
-}
-
-}  // namespace
-
-Result<ServerHandshake> server_handshake(
-    const Socket& socket, const std::string& secret, Deadline deadline, std::uint64_t new_session_id,
-    const std::function<bool(std::uint64_t)>& data_session_ok,
-    const std::function<void(std::uint64_t)>& control_session_authenticated) {
-  auto hello_frame = read_expected(socket, MsgType::kHello, kMaxRequestPayload, deadline, kClientPeer);
-  if (!hello_frame.ok()) return hello_frame.status();
-  auto hello = HelloMsg::decode(hello_frame->payload);
-  if (!hello.ok()) return hello.status();
-
-  ChallengeMsg challenge;
-  challenge.auth_required = !secret.empty();
-  Status s = random_bytes(challenge.server_nonce.data(), challenge.server_nonce.size());
-  if (!s.ok()) return s;
-  s = write_frame(socket, MsgType::kChallenge, challenge.encode(), deadline, kClientPeer);
-  if (!s.ok()) return s;
-
-  auto auth_frame = read_expected(socket, MsgType::kAuth, kMaxRequestPayload, deadline, kClientPeer);
-  if (!auth_frame.ok()) return auth_frame.status();
-  auto auth = AuthMsg::decode(auth_frame->payload);
-  if (!auth.ok()) return auth.status();
-
-  const std::uint64_t session_id = hello->role == Role::kControl ? new_session_id : hello->session_id;
-  if (challenge.auth_required) {
-    Mac expected = hmac_sha256(secret, transcript("client", hello->role, hello->session_id,
-                                                  hello->client_nonce, challenge.server_nonce));
-    if (!constant_time_equal(expected, auth->client_mac)) {
-      std::string why =
-          "authentication failed: the subscriber's secret does not match the publisher's "
-          "(set the same WEIGHTSYNC_SECRET on both sides)";
-      send_error(socket, ErrorCode::kAuthFailed, why, deadline);
-      return Status(ErrorCode::kAuthFailed, why + "; client '" + hello->client_name + "'");
-    }
-  }
-  if (hello->role != Role::kControl && !data_session_ok(hello->session_id)) {
-    std::string why = "data connection names no live control session";
-    send_error(socket, ErrorCode::kProtocolError, why, deadline);
-    return Status(ErrorCode::kProtocolError, why);
-  }
-
-  if (hello->role == Role::kControl) control_session_authenticated(session_id);
-
-  WelcomeMsg welcome;
-  welcome.session_id = session_id;
-  if (challenge.auth_required) {
-    // The server's proof covers the session id it hands out, so it cannot be swapped in transit.
-    welcome.server_mac = hmac_sha256(
-        secret, transcript("server", hello->role, session_id, hello->client_nonce, challenge.server_nonce));
-  }
-  s = write_frame(socket, MsgType::kWelcome, welcome.encode(), deadline, kClientPeer);
-  if (!s.ok()) return s;
-  return ServerHandshake{hello->role, session_id, hello->client_name};
 }
 
 Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& secret, Role role,
@@ -94,7 +43,8 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
   s = write_frame(socket, MsgType::kHello, hello.encode(), deadline, kServerPeer);
   if (!s.ok()) return s;
 
-  auto challenge_frame = read_expected(socket, MsgType::kChallenge, kMaxReplyPayload, deadline, kServerPeer);
+  auto challenge_frame =
+      read_expected(socket, MsgType::kChallenge, kMaxHandshakePayload, deadline, kServerPeer);
   if (!challenge_frame.ok()) return challenge_frame.status();
   auto challenge = ChallengeMsg::decode(challenge_frame->payload);
   if (!challenge.ok()) return challenge.status();
@@ -111,20 +61,23 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
 
   AuthMsg auth;
   if (challenge->auth_required) {
-    auth.client_mac = hmac_sha256(
-        secret, transcript("client", role, session_id, hello.client_nonce, challenge->server_nonce));
+    auto client_mac = hmac_sha256(
+        secret, handshake_transcript("client", role, session_id, hello.client_nonce, challenge->server_nonce));
+    if (!client_mac.ok()) return client_mac.status();
+    auth.client_mac = *client_mac;
   }
   s = write_frame(socket, MsgType::kAuth, auth.encode(), deadline, kServerPeer);
   if (!s.ok()) return s;
 
-  auto welcome_frame = read_expected(socket, MsgType::kWelcome, kMaxReplyPayload, deadline, kServerPeer);
+  auto welcome_frame = read_expected(socket, MsgType::kWelcome, kMaxHandshakePayload, deadline, kServerPeer);
   if (!welcome_frame.ok()) return welcome_frame.status();
   auto welcome = WelcomeMsg::decode(welcome_frame->payload);
   if (!welcome.ok()) return welcome.status();
   if (challenge->auth_required) {
-    Mac expected = hmac_sha256(
-        secret, transcript("server", role, welcome->session_id, hello.client_nonce, challenge->server_nonce));
-    if (!constant_time_equal(expected, welcome->server_mac)) {
+    auto expected = hmac_sha256(
+        secret, handshake_transcript("server", role, welcome->session_id, hello.client_nonce, challenge->server_nonce));
+    if (!expected.ok()) return expected.status();
+    if (!constant_time_equal(*expected, welcome->server_mac)) {
       return Status(ErrorCode::kAuthFailed, "the publisher could not prove it knows the secret; refusing it");
     }
   }

@@ -40,11 +40,14 @@ Result<Setting<std::string>> resolve_string(const std::optional<std::string>& op
   return Setting<std::string>{std::move(fallback), SettingSource::kDefault};
 }
 
-Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name, int fallback) {
+Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name, int fallback,
+                                    bool zero_allowed) {
+  const int lowest = zero_allowed ? 0 : 1;
+  const std::string range = "[" + std::to_string(lowest) + ", 86400000]";
   if (option) {
-    if (*option <= 0 || *option > kMaxMillis) {
+    if (*option < lowest || *option > kMaxMillis) {
       return Status(ErrorCode::kInvalidConfig, std::string("timeout option (see ") + env_name +
-                                                   ") must be in [1, 86400000] ms, not " +
+                                                   ") must be in " + range + " ms, not " +
                                                    std::to_string(*option));
     }
     return Setting<int>{*option, SettingSource::kOption};
@@ -53,10 +56,9 @@ Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char
     errno = 0;
     char* end = nullptr;
     long value = std::strtol(raw, &end, 10);
-    if (errno != 0 || end == raw || *end != '\0' || value <= 0 || value > kMaxMillis) {
+    if (errno != 0 || end == raw || *end != '\0' || value < lowest || value > kMaxMillis) {
       return Status(ErrorCode::kInvalidConfig, std::string(env_name) + "='" + raw +
-                                                   "' is not a whole number of milliseconds in "
-                                                   "[1, 86400000]");
+                                                   "' is not a whole number of milliseconds in " + range);
     }
     return Setting<int>{static_cast<int>(value), SettingSource::kEnvironment};
   }

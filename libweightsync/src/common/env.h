@@ -27,7 +27,9 @@ std::optional<LogLevel> parse_log_level(std::string_view text) noexcept;
 // kInvalidConfig naming the variable and the accepted values.
 Result<Setting<std::string>> resolve_string(const std::optional<std::string>& option, const char* env_name,
                                             std::string fallback);
-Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name, int fallback);
+// Milliseconds in [1, 86400000], or [0, 86400000] with `zero_allowed` (where 0 means "never").
+Result<Setting<int>> resolve_millis(const std::optional<int>& option, const char* env_name, int fallback,
+                                    bool zero_allowed = false);
 Result<Setting<bool>> resolve_bool(const std::optional<bool>& option, const char* env_name, bool fallback);
 
 }  // namespace weightsync::detail

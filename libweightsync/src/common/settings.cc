@@ -54,6 +54,16 @@ std::vector<SettingReport> describe_settings(const PublisherOptions& p, const Su
                          detail::resolve_millis(p.io_timeout_ms ? p.io_timeout_ms : s.io_timeout_ms,
                                                 "WEIGHTSYNC_TIMEOUT_MS", 10000),
                          10000, millis));
+    out.push_back(report("handshake_timeout_ms", "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS",
+                         detail::resolve_millis(p.handshake_timeout_ms, "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS", 2000),
+                         2000, millis));
+    out.push_back(report("idle_timeout_ms", "WEIGHTSYNC_IDLE_TIMEOUT_MS",
+                         detail::resolve_millis(p.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0,
+                                                /*zero_allowed=*/true),
+                         0, millis));
+    out.push_back(report("lease_timeout_ms", "WEIGHTSYNC_LEASE_TIMEOUT_MS",
+                         detail::resolve_millis(p.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000),
+                         60000, millis));
     out.push_back(report("connect_timeout_ms", "WEIGHTSYNC_CONNECT_TIMEOUT_MS",
                          detail::resolve_millis(s.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000),
                          5000, millis));

@@ -1,6 +1,8 @@
 // CUDA device memory as slot memory.
 #include "cuda/device_slot_memory.h"
 
+#include "cuda/cuda_runtime.h"
+
 namespace weightsync::detail {
 namespace {
 

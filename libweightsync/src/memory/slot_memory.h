@@ -13,16 +13,23 @@
 // or kInvalidConfig when the memory cannot be shared that way.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "cuda/cuda_runtime.h"
 #include "weightsync/memory.h"
 #include "weightsync/status.h"
 
 namespace weightsync::detail {
+
+// The bytes of a cudaIpcMemHandle_t, opaque here so that memory/ needs no
+// CUDA header. cuda/cuda_runtime.h declares the same alias (a redeclaration
+// of the same type; cuda/device_slot_memory.cc, which sees both, fails to
+// compile if they ever differ).
+using CudaIpcHandle = std::array<std::uint8_t, 64>;
 
 class SlotMemory {
  public:

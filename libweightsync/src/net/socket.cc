@@ -231,7 +231,7 @@ Result<Socket> accept_tcp(const Socket& listener, Deadline deadline, std::string
   socklen_t len = sizeof(addr);
   Socket s(::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC));
   if (!s.valid()) {
-    if (would_block(errno) || errno == ECONNABORTED) {
+    if (would_block(errno) || errno == ECONNABORTED || errno == EINTR) {
       return Status(ErrorCode::kTimeout, "no connection to accept");
     }
     return Status(ErrorCode::kConnectionLost, "accept failed: " + errno_text(errno));
@@ -258,6 +258,16 @@ void set_nodelay_keepalive(const Socket& socket) {
   int one = 1;
   ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::setsockopt(socket.fd(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+void set_liveness_options(const Socket& socket, int user_timeout_ms) {
+  int one = 1, idle_s = 30, interval_s = 10, probes = 3;
+  unsigned int user_timeout = static_cast<unsigned int>(std::max(user_timeout_ms, 1000));
+  ::setsockopt(socket.fd(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
 Status wait_readable(const Socket& socket, Deadline deadline, const char* peer) {

@@ -57,6 +57,11 @@ Result<std::uint16_t> local_port(const Socket& socket);
 // Accepts one connection; kTimeout if none arrives before the deadline.
 Result<Socket> accept_tcp(const Socket& listener, Deadline deadline, std::string* peer_out);
 void set_nodelay_keepalive(const Socket& socket);
+// For a long-lived server-side connection: TCP keepalive probes after 30 s
+// of silence (so a vanished host is found even when nothing is sent) and
+// TCP_USER_TIMEOUT = `user_timeout_ms` (data unacknowledged that long, or
+// unanswered probes, reset the connection). Best effort: failures are ignored.
+void set_liveness_options(const Socket& socket, int user_timeout_ms);
 
 // Waits until the socket is readable (data or EOF).
 Status wait_readable(const Socket& socket, Deadline deadline, const char* peer);

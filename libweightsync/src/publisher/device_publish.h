@@ -9,9 +9,20 @@
 //
 // At most one job is in flight: the trainer calls wait_idle() before it
 // reserves the next slot (every publish path does), which also hands it the
-// failure of the previous job, once. Threads: enqueue/wait_idle/flush from
-// the publishing thread; commit/abandon run on the commit thread. The
-// destructor waits for the job in flight, then joins the thread.
+// failure of the previous job, once. Threads: enqueue/wait_idle/flush/
+// hold_until_copies_end from the publishing thread; commit/abandon run on the
+// commit thread.
+//
+// Destruction is bounded: the destructor waits at most `stop_timeout` (given
+// to create()) for the copy in flight to complete. A commit or abandon that
+// has started is host work and is always waited for. If the copy is still
+// running when the bound passes (a stuck GPU), the destructor logs an error
+// and returns without waiting further, and the memory the copy could still
+// write is deliberately leaked, never freed under it: the commit thread is
+// detached and keeps the copier and the pins given to hold_until_copies_end()
+// (the page-locking of the host slots, which keeps their physical pages
+// resident for the device) until the copy ends, if it ever does; it then
+// drops them without calling commit or abandon (their owner is gone).
 #pragma once
 
 #include <chrono>
@@ -40,12 +51,23 @@ class DevicePublishQueue {
  public:
   using CommitFn = std::function<Result<PublishResult>(const DeviceCopyJob&)>;
   using AbandonFn = std::function<void(const DeviceCopyJob&)>;
+  // The publisher's default io timeout (PublisherOptions::io_timeout_ms).
+  static constexpr std::chrono::milliseconds kDefaultStopTimeout{10000};
 
-  static Result<std::unique_ptr<DevicePublishQueue>> create(std::unique_ptr<AsyncCopier> copier,
-                                                            CommitFn commit, AbandonFn abandon);
+  // `stop_timeout`: how long the destructor waits for a copy in flight
+  // (the publisher's io timeout).
+  static Result<std::unique_ptr<DevicePublishQueue>> create(
+      std::unique_ptr<AsyncCopier> copier, CommitFn commit, AbandonFn abandon,
+      std::chrono::milliseconds stop_timeout = kDefaultStopTimeout);
   ~DevicePublishQueue();
   DevicePublishQueue(const DevicePublishQueue&) = delete;
   DevicePublishQueue& operator=(const DevicePublishQueue&) = delete;
+
+  // Takes objects that keep the copies' destination memory usable by the
+  // device (the host slots' pins). They are released after the commit thread
+  // has ended, that is after the last copy is known to be complete; leaked
+  // if the destructor gave up on a stuck copy.
+  void hold_until_copies_end(std::vector<std::unique_ptr<HostPin>> pins);
 
   // Waits until no job is in flight. kTimeout if one still is; otherwise the
   // failure of the last job if it was not reported yet, else OK.
@@ -59,21 +81,32 @@ class DevicePublishQueue {
   Result<PublishResult> flush(std::chrono::milliseconds timeout);
 
  private:
-  DevicePublishQueue(std::unique_ptr<AsyncCopier> copier, CommitFn commit, AbandonFn abandon)
-      : copier_(std::move(copier)), commit_(std::move(commit)), abandon_(std::move(abandon)) {}
-  void run();
+  // Everything the commit thread touches: shared, so that it stays valid
+  // for a thread the destructor had to leave behind.
+  struct State {
+    std::unique_ptr<AsyncCopier> copier;
+    CommitFn commit;
+    AbandonFn abandon;
+    std::vector<std::unique_ptr<HostPin>> pins;
 
-  std::unique_ptr<AsyncCopier> copier_;
-  CommitFn commit_;
-  AbandonFn abandon_;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<DeviceCopyJob> pending;
+    bool in_flight = false;  // enqueued, not yet committed or abandoned
+    bool copying = false;    // enqueued, the copier has not reported completion yet
+    bool stopping = false;
+    bool orphaned = false;  // the destructor gave up on the copy: never call commit/abandon
+    std::optional<Result<PublishResult>> last;
+    bool last_reported = true;
+  };
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<DeviceCopyJob> pending_;
-  bool in_flight_ = false;
-  bool stopping_ = false;
-  std::optional<Result<PublishResult>> last_;
-  bool last_reported_ = true;
+  DevicePublishQueue(std::shared_ptr<State> state, std::chrono::milliseconds stop_timeout)
+      : state_(std::move(state)), stop_timeout_(stop_timeout) {}
+  static void run(const std::shared_ptr<State>& state);
+  static Result<PublishResult> finish_job(State& state, const DeviceCopyJob& job, const Status& copied);
+
+  std::shared_ptr<State> state_;
+  std::chrono::milliseconds stop_timeout_;
   std::thread thread_;
 };
 

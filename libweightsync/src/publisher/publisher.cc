@@ -137,12 +137,17 @@ Status Publisher::Impl::prepare_device_publish() {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - job.started).count();
         return out;
       },
-      [this](const detail::DeviceCopyJob& job) { ring->abandon(job.slot); });
+      [this](const detail::DeviceCopyJob& job) { ring->abandon(job.slot); },
+      std::chrono::milliseconds(io_timeout_ms));
   if (!queue.ok()) {
     slot_pins.clear();
     return queue.status();
   }
   device_queue = std::move(*queue);
+  // The queue keeps the pins while a copy may still write the slots (even
+  // past its bounded destructor; device_publish.h).
+  device_queue->hold_until_copies_end(std::move(slot_pins));
+  slot_pins.clear();
   return Status();
 }
 
@@ -168,8 +173,11 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
   auto checksum = detail::resolve_bool(options.checksum, "WEIGHTSYNC_CHECKSUM", false);
   auto allocator = detail::resolve_string(options.slot_allocator, "WEIGHTSYNC_SLOT_ALLOCATOR", "auto");
-  for (const Status* s :
-       {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status()}) {
+  auto handshake_timeout =
+      detail::resolve_millis(options.handshake_timeout_ms, "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS", 2000);
+  auto idle_timeout = detail::resolve_millis(options.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0, /*zero_allowed=*/true);
+  for (const Status* s : {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(),
+                          &allocator.status(), &handshake_timeout.status(), &idle_timeout.status()}) {
     if (!s->ok()) return *s;
   }
   if (allocator->value != "auto" && allocator->value != "memfd" && allocator->value != "ucx") {
@@ -177,8 +185,9 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
                                                  detail::to_string(allocator->source) +
                                                  ") is not one of auto, memfd, ucx");
   }
-  if (options.max_connections == 0) {
-    return Status(ErrorCode::kInvalidConfig, "max_connections must be at least 1");
+  if (options.max_connections == 0 || options.max_handshakes == 0 || options.max_handshakes_per_address == 0) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "max_connections, max_handshakes and max_handshakes_per_address must each be at least 1");
   }
   // Subscribers receive the layout in one reply frame; it must fit.
   if (layout.serialize().size() + 64 > detail::kMaxReplyPayload) {
@@ -204,18 +213,21 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto impl = std::make_unique<Impl>(std::move(layout));
   impl->checksums = checksum->value;
   impl->io_timeout_ms = timeout->value;
-  // UCX first: its shared-memory transports need to allocate the slots.
+  // UCX first: WEIGHTSYNC_SLOT_ALLOCATOR=ucx has UCX allocate the slots.
   std::unique_ptr<detail::UcxPublisherTransport> ucx;
   if (cuda_slots) {
     WS_INFO(
         "publisher: UCX and verbs transports not offered: the slots are CUDA memory (cuda_ipc serves them)");
-  } else if (auto created = detail::create_ucx_publisher(); created.ok()) {
+  } else if (auto created = detail::create_ucx_publisher(detail::is_loopback_host(bind->value));
+             created.ok()) {
     ucx = std::move(*created);
   } else {
     WS_INFO("publisher: UCX transport not offered: {}", created.status().message());
   }
   std::string allocator_choice = allocator->value;
-  if (allocator_choice == "auto") allocator_choice = ucx && ucx->wants_own_memory() ? "ucx" : "memfd";
+  // Never UCX by default: its shared-memory transports map UCX-allocated
+  // slots read-write into every ucx subscriber.
+  if (allocator_choice == "auto") allocator_choice = "memfd";
   if (cuda_slots) allocator_choice = "cuda";
   if (allocator_choice == "ucx" && !ucx) {
     return Status(ErrorCode::kInvalidConfig,
@@ -223,8 +235,18 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
                       ") needs the UCX transport, which is not available here (see above, or run "
                       "weightsync-info)");
   }
+  if (allocator_choice == "ucx") {
+    WS_WARN(
+        "publisher: slot allocator 'ucx' (from {}): every ucx subscriber is trusted with write access to the "
+        "slots and stamps (UCX maps them read-write), so any one of them can change what the others pull",
+        detail::to_string(allocator->source));
+  }
+  auto lease_timeout =
+      detail::resolve_millis(options.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000);
+  if (!lease_timeout.ok()) return lease_timeout.status();
   const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
   auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
+                                       std::chrono::milliseconds(lease_timeout->value),
                                        allocator_choice == "cuda"  ? detail::cuda_slot_allocator()
                                        : allocator_choice == "ucx" ? ucx->slot_allocator(options.lock_memory)
                                                                    : stamps_allocator,
@@ -266,8 +288,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
             host.empty() ? "no boot id"
             : options.slots + 1 > detail::kMaxPassedFds
                 ? "more slots than descriptors one message can pass"
-                : "the slots were allocated by UCX, whose shared-memory transport serves local subscribers; "
-                  "WEIGHTSYNC_SLOT_ALLOCATOR=memfd offers shm instead");
+                : "the slots were allocated by UCX (slot allocator 'ucx'), which cannot hand them out as "
+                  "read-only descriptors");
   } else {
     std::uint8_t token[16];
     Status random = detail::random_bytes(token, sizeof(token));
@@ -286,7 +308,15 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
     }
   }
 
-  detail::ServerConfig config{secret->value, timeout->value, options.max_connections};
+  detail::ServerConfig config;
+  config.secret = secret->value;
+  config.io_timeout_ms = timeout->value;
+  config.max_connections = options.max_connections;
+  config.max_handshakes = options.max_handshakes;
+  config.max_handshakes_per_address = options.max_handshakes_per_address;
+  // A peer never gets longer to authenticate than to answer any other message.
+  config.handshake_timeout_ms = std::min(handshake_timeout->value, timeout->value);
+  config.idle_timeout_ms = idle_timeout->value;
   if (cuda_slots && offers.empty()) {
     return Status(ErrorCode::kInvalidConfig,
                   "CUDA slots are served by the cuda_ipc transport only, which needs same-host local sockets "
@@ -530,13 +560,26 @@ Result<PublishResult> Publisher::flush_device_publishes(std::chrono::millisecond
 
 PublisherStats Publisher::stats() const {
   PublisherStats stats;
-  impl_->ring->fill_stats(&stats);
+  const detail::RingStats ring = impl_->ring->stats();
+  stats.versions_published = ring.published;
+  stats.versions_skipped = ring.skipped;
+  stats.leases_revoked = ring.revoked;
+  stats.leases_expired = ring.expired;
+  stats.leases_granted = ring.granted;
+  stats.leases_active = ring.active;
   const auto& c = impl_->server->counters();
   stats.connections_active = c.connections_active.load();
   stats.connections_accepted = c.connections_accepted.load();
   stats.auth_failures = c.auth_failures.load();
   stats.protocol_errors = c.protocol_errors.load();
   stats.bytes_served = c.bytes_served.load();
+  stats.connections_refused = c.connections_refused.load();
+  stats.handshakes_active = c.handshakes_active.load();
+  stats.handshakes_timed_out = c.handshakes_timed_out.load();
+  stats.sessions_idle_closed = c.sessions_idle_closed.load();
+  const detail::ServerHealth health = impl_->server->health();
+  stats.serving = health.serving;
+  stats.server_error = health.error;
   return stats;
 }
 

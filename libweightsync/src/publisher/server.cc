@@ -1,219 +1,691 @@
-// PublisherServer: acceptor thread, connection threads, orderly stop.
+// PublisherServer: the event loop, the handshake budget, the workers' hand-off
+// and an orderly stop.
 #include "publisher/server.h"
 
 #include <fcntl.h>
-#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "auth/crypto.h"
-#include "auth/handshake.h"
+#include "auth/server_handshake.h"
 #include "common/log.h"
+#include "common/printable.h"
+#include "net/peer_identity.h"
 #include "net/unix_socket.h"
-#include "publisher/connection_handlers.h"
+#include "publisher/control_handler.h"
+#include "transport/shm/shm_server.h"
+#include "transport/tcp/tcp_data_server.h"
+#include "wire/frame_assembler.h"
+#include "wire/frame_io.h"
 
 namespace weightsync::detail {
+namespace {
 
-PublisherServer::PublisherServer(Socket listener, Socket local_listener, ServerConfig config,
-                                 ServedState state)
+constexpr const char* kPeer = "subscriber";
+// epoll tags below the first connection id.
+constexpr std::uint64_t kListenerTag = 1;
+constexpr std::uint64_t kLocalListenerTag = 2;
+constexpr std::uint64_t kWakeTag = 3;
+// Connections accepted per listener per loop turn: a flood of new connections
+// cannot starve the handshakes already under way.
+constexpr int kAcceptsPerTurn = 8;
+constexpr int kSweepMillis = 50;
+// Pre-authentication log lines per second; the rest are counted and summed up.
+constexpr std::uint32_t kPreAuthLogsPerSecond = 10;
+
+std::uint64_t now_millis() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+// The per-address key of the handshake budget: empty (no per-address cap)
+// for peers on this host, who all share one address.
+std::string budget_address(const std::string& peer, bool local) {
+  if (local) return "";
+  auto host_port = parse_host_port(peer);
+  if (!host_port.ok() || is_loopback_host(host_port->host)) return "";
+  return host_port->host;
+}
+
+}  // namespace
+
+struct PublisherServer::Connection {
+  enum class Phase { kHandshake, kControl, kData, kLocal };
+
+  std::uint64_t id = 0;
+  Socket socket;
+  std::string peer;  // printable
+  bool local = false;
+  Phase phase = Phase::kHandshake;
+  HandshakeResponder handshake;
+  FrameAssembler in;
+  std::uint64_t session = 0;  // the control session this connection belongs to
+  bool owns_session = false;  // a control connection: its close ends the session
+  bool busy = false;          // a worker has the socket
+  bool parked = false;        // a QUERY_VERSION waits for a newer version
+  std::uint64_t park_newer_than = 0;
+  Clock::time_point park_until{};
+  Clock::time_point handshake_until{};
+  Clock::time_point last_activity{};
+  Clock::time_point partial_since{};  // first byte of an incomplete frame
+  bool has_partial = false;
+
+  explicit Connection(std::string secret) : handshake(std::move(secret)) {}
+};
+
+struct PublisherServer::Completion {
+  std::uint64_t id = 0;
+  bool close = false;
+  bool park = false;
+  std::uint64_t newer_than = 0;
+  std::chrono::milliseconds wait{0};
+};
+
+PublisherServer::PublisherServer(Socket listener, Socket local_listener, ServerConfig config, ServedState state)
     : listener_(std::move(listener)),
       local_listener_(std::move(local_listener)),
       config_(std::move(config)),
-      state_(std::move(state)) {}
+      state_(std::move(state)),
+      workers_(config_.max_workers),
+      budget_(config_.max_handshakes, config_.max_handshakes_per_address) {}
 
 Result<std::unique_ptr<PublisherServer>> PublisherServer::start(Socket listener, Socket local_listener,
                                                                 ServerConfig config, ServedState state) {
   std::unique_ptr<PublisherServer> server(new PublisherServer(std::move(listener), std::move(local_listener),
                                                               std::move(config), std::move(state)));
-  if (::pipe2(server->wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return Status(ErrorCode::kInternal, std::string("pipe2 failed: ") + std::strerror(errno));
-  }
+  if (Status s = server->setup(); !s.ok()) return s;
   try {
-    server->acceptor_ = std::thread([s = server.get()] { s->accept_loop(); });
+    server->loop_ = std::thread([s = server.get()] { s->run_loop(); });
+    server->version_watcher_ = std::thread([s = server.get()] { s->watch_versions(); });
   } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, std::string("cannot start the acceptor thread: ") + e.what());
+    server->stop();
+    return Status(ErrorCode::kInternal, std::string("cannot start the publisher's threads: ") + e.what());
   }
   return server;
 }
 
+Status PublisherServer::setup() {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    return Status(ErrorCode::kInternal, std::string("epoll/eventfd failed: ") + std::strerror(errno));
+  }
+  auto add = [&](int fd, std::uint64_t tag) -> Status {
+    if (fd < 0) return Status();
+    // Non-blocking: the loop accepts until EAGAIN and must never wait in accept().
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return Status(ErrorCode::kInternal, std::string("epoll_ctl failed: ") + std::strerror(errno));
+    }
+    return Status();
+  };
+  for (Status s : {add(listener_.fd(), kListenerTag), add(local_listener_.fd(), kLocalListenerTag),
+                   add(wake_fd_, kWakeTag)}) {
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
 PublisherServer::~PublisherServer() {
   stop();
-  for (int fd : wake_pipe_) {
+  for (int fd : {epoll_fd_, wake_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
 
+void PublisherServer::wake() {
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
 void PublisherServer::stop() {
   if (stopping_.exchange(true)) return;
-  (void)!::write(wake_pipe_[1], "x", 1);
-  state_.ring->stop();
-  if (acceptor_.joinable()) acceptor_.join();
-  std::list<std::unique_ptr<Connection>> connections;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& conn : connections_) conn->socket.shutdown_both();
-    connections.swap(connections_);
-  }
-  for (auto& conn : connections) {
-    if (conn->thread.joinable()) conn->thread.join();
-  }
+  if (state_.ring != nullptr) state_.ring->stop();
+  if (wake_fd_ >= 0) wake();
+  if (loop_.joinable()) loop_.join();
+  if (version_watcher_.joinable()) version_watcher_.join();
+  // Wake workers blocked on a socket, let them finish, then close everything.
+  for (auto& [id, conn] : connections_) conn->socket.shutdown_both();
+  workers_.stop();
+  for (auto& [id, conn] : connections_) conn->busy = false;  // no worker holds one now
+  while (!connections_.empty()) close_connection(connections_.begin()->second.get());
 }
 
-void PublisherServer::reap_finished_locked() {
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    if ((*it)->done.load()) {
-      if ((*it)->thread.joinable()) (*it)->thread.join();
-      it = connections_.erase(it);
-    } else {
-      ++it;
+ServerHealth PublisherServer::health() const {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  return health_;
+}
+
+void PublisherServer::fail(const std::string& why) {
+  WS_ERROR("publisher: {}; no subscriber is served any more: recreate the Publisher", why);
+  std::lock_guard<std::mutex> lock(health_mu_);
+  health_.serving = false;
+  health_.error = why;
+}
+
+bool PublisherServer::log_allowed() {
+  const std::uint64_t now = now_millis();
+  if (now - log_window_start_ms_ >= 1000) {
+    if (logs_suppressed_ > 0) {
+      WS_WARN("publisher: {} more connection messages in the last second were not logged", logs_suppressed_);
     }
+    log_window_start_ms_ = now;
+    logs_in_window_ = 0;
+    logs_suppressed_ = 0;
   }
+  if (logs_in_window_ < kPreAuthLogsPerSecond) {
+    ++logs_in_window_;
+    return true;
+  }
+  ++logs_suppressed_;
+  return false;
 }
 
-bool PublisherServer::session_alive(std::uint64_t session) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return sessions_.count(session) != 0;
-}
+// --- event loop ---
 
-void PublisherServer::accept_loop() {
+void PublisherServer::run_loop() {
   try {
-    while (!stopping_.load()) {
-      // An invalid local listener (fd -1) is ignored by poll.
-      pollfd fds[3] = {
-          {listener_.fd(), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}, {local_listener_.fd(), POLLIN, 0}};
-      int rc = ::poll(fds, 3, 1000);
-      if (rc < 0 && errno != EINTR) {
-        WS_ERROR("publisher: poll on the listening socket failed: {}; no new subscribers will be accepted",
-                 std::strerror(errno));
-        return;
-      }
-      if (rc > 0 && (fds[1].revents & POLLIN) != 0) {
-        char drain[64];
-        while (::read(wake_pipe_[0], drain, sizeof(drain)) > 0) {
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reap_finished_locked();
-      }
-      if (rc <= 0 || stopping_.load()) continue;
-      if ((fds[0].revents & POLLIN) != 0) accept_one(/*local=*/false);
-      if ((fds[2].revents & POLLIN) != 0) accept_one(/*local=*/true);
-    }
+    while (!stopping_.load() && health().serving) loop_once();
   } catch (const std::exception& e) {
-    WS_ERROR("publisher: acceptor thread failed: {}; no new subscribers will be accepted", e.what());
+    fail(std::string("the publisher's event loop failed: ") + e.what());
   } catch (...) {
-    WS_ERROR("publisher: acceptor thread failed with an unknown exception");
+    fail("the publisher's event loop failed with an unknown exception");
   }
+  if (stopping_.load()) return;
+  // Failed: nobody will serve these peers. Let them see a closed connection
+  // now rather than a timeout later; stop() cleans up.
+  for (auto& [id, conn] : connections_) conn->socket.shutdown_both();
+  listener_.close();
+  local_listener_.close();
 }
 
-void PublisherServer::accept_one(bool local) {
-  std::string peer = "local";
-  auto accepted = local ? accept_unix(local_listener_)
-                        : accept_tcp(listener_, Deadline::after(std::chrono::milliseconds(0)), &peer);
-  if (!accepted.ok()) {
-    if (accepted.status().code() != ErrorCode::kTimeout) {
-      // E.g. EMFILE: the connection stays queued and poll() keeps reporting it;
-      // back off instead of spinning, and say why subscribers are not served.
-      WS_WARN("publisher: cannot accept a connection: {} (out of file descriptors? raise ulimit -n)",
-              accepted.status().message());
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+void PublisherServer::loop_once() {
+  epoll_event events[64];
+  const int n = ::epoll_wait(epoll_fd_, events, 64, kSweepMillis);
+  if (n < 0) {
+    if (errno == EINTR) return;
+    fail(std::string("epoll_wait failed: ") + std::strerror(errno));
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (connections_.size() >= config_.max_connections) {
-    WS_WARN("publisher: refusing connection from {}: {} connections already open (max_connections)", peer,
-            connections_.size());
-    return;  // the Socket closes as it goes out of scope
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t tag = events[i].data.u64;
+    if (tag == kListenerTag) {
+      accept_ready(false);
+    } else if (tag == kLocalListenerTag) {
+      accept_ready(true);
+    } else if (tag == kWakeTag) {
+      std::uint64_t drained = 0;
+      (void)!::read(wake_fd_, &drained, sizeof(drained));
+    } else if (auto it = connections_.find(tag); it != connections_.end()) {
+      on_readable(it->second.get());
+    }
   }
-  connections_.push_back(std::make_unique<Connection>());
-  Connection* conn = connections_.back().get();
-  conn->socket = std::move(*accepted);
-  conn->peer = peer;
+  finish_completions();
+  resolve_parked();
+  if (Clock::now() >= next_sweep_) {
+    sweep_deadlines();
+    next_sweep_ = Clock::now() + std::chrono::milliseconds(kSweepMillis);
+  }
+}
+
+void PublisherServer::accept_ready(bool local) {
+  const Socket& listener = local ? local_listener_ : listener_;
+  for (int i = 0; i < kAcceptsPerTurn && !accept_paused_; ++i) {
+    std::string peer = "local";
+    auto accepted = local ? accept_unix(listener)
+                          : accept_tcp(listener, Deadline::after(std::chrono::milliseconds(0)), &peer);
+    if (!accepted.ok()) {
+      if (accepted.status().code() == ErrorCode::kTimeout) return;  // nothing more to accept
+      // E.g. EMFILE: the connection stays queued and epoll keeps reporting it;
+      // pause accepting briefly instead of spinning, and say why.
+      if (log_allowed()) {
+        WS_WARN("publisher: cannot accept a connection: {} (out of file descriptors? raise ulimit -n)",
+                accepted.status().message());
+      }
+      accept_paused_ = true;
+      accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+      for (int fd : {listener_.fd(), local_listener_.fd()}) {
+        if (fd >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      }
+      return;
+    }
+    if (!local) set_liveness_options(*accepted, config_.io_timeout_ms);
+    admit(std::move(*accepted), peer, budget_address(peer, local), local);
+  }
+}
+
+void PublisherServer::admit(Socket socket, std::string peer, std::string address, bool local) {
+  auto conn = std::make_unique<Connection>(config_.secret);
+  conn->id = next_id_++;
+  conn->socket = std::move(socket);
+  conn->peer = std::move(peer);
   conn->local = local;
-  try {
-    conn->thread = std::thread([this, conn] { serve(conn); });
-  } catch (const std::exception& e) {
-    WS_ERROR("publisher: cannot start a connection thread for {}: {}", peer, e.what());
-    connections_.pop_back();
+  const Clock::time_point now = Clock::now();
+  conn->handshake_until = now + std::chrono::milliseconds(config_.handshake_timeout_ms);
+  conn->last_activity = now;
+  Connection* raw = conn.get();
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.u64 = raw->id;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, raw->socket.fd(), &ev) != 0) {
+    if (log_allowed()) WS_WARN("publisher: cannot watch a new connection: {}", std::strerror(errno));
     return;
   }
+  connections_.emplace(raw->id, std::move(conn));
   counters_.connections_accepted.fetch_add(1);
+  counters_.connections_active.fetch_add(1);
+  counters_.handshakes_active.fetch_add(1);
+  if (auto evicted = budget_.admit(raw->id, address, now)) {
+    auto victim = connections_.find(*evicted);
+    if (victim != connections_.end()) {
+      refuse(victim->second.get(), ErrorCode::kBusy,
+             "too many connections are authenticating at once; retry in a moment");
+    }
+  }
 }
 
-void PublisherServer::serve(Connection* conn) {
-  counters_.connections_active.fetch_add(1);
-  std::uint64_t control_session = 0;
-  try {
-    const Deadline handshake_deadline = Deadline::after(std::chrono::milliseconds(config_.io_timeout_ms));
-    auto new_id = random_id();
-    Result<ServerHandshake> hs = new_id.ok() ? server_handshake(
-                                                   conn->socket, config_.secret, handshake_deadline, *new_id,
-                                                   [this](std::uint64_t s) { return session_alive(s); },
-                                                   [&](std::uint64_t s) {
-                                                     // Joinable before WELCOME leaves, so a data connection
-                                                     // opened right after it is never refused.
-                                                     if (conn->local)
-                                                       return;  // refused after the handshake: never joinable
-                                                     std::lock_guard<std::mutex> lock(mu_);
-                                                     sessions_.insert(s);
-                                                     control_session = s;
-                                                   })
-                                             : Result<ServerHandshake>(new_id.status());
-    if (!hs.ok()) {
-      if (hs.status().code() == ErrorCode::kAuthFailed) {
-        counters_.auth_failures.fetch_add(1);
-        WS_WARN("publisher: refused {}: {}", conn->peer, hs.status().message());
-      } else {
-        if (hs.status().code() == ErrorCode::kProtocolError) counters_.protocol_errors.fetch_add(1);
-        WS_INFO("publisher: handshake with {} failed: {}", conn->peer, hs.status().to_string());
+void PublisherServer::arm(Connection* conn) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.u64 = conn->id;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn->socket.fd(), &ev) != 0) close_connection(conn);
+}
+
+void PublisherServer::on_readable(Connection* conn) {
+  if (conn->busy) return;
+  const bool authenticated = conn->phase != Connection::Phase::kHandshake;
+  const std::uint32_t limit = authenticated ? kMaxRequestPayload : kMaxHandshakePayload;
+  auto progress = conn->in.read_from(conn->socket, limit, kPeer);
+  if (!progress.ok()) {
+    if (progress.status().code() == ErrorCode::kProtocolError) {
+      counters_.protocol_errors.fetch_add(1);
+      if (log_allowed()) {
+        WS_WARN("publisher: closing connection from {}: {}", conn->peer, progress.status().message());
       }
+      refuse(conn, ErrorCode::kProtocolError, progress.status().message());
     } else {
-      HandlerContext ctx{&conn->socket,         &state_,   &counters_, hs->session_id,
-                         config_.io_timeout_ms, &stopping_};
-      Status result;
-      if ((hs->role == Role::kShm) != conn->local) {
-        result = reply_error(ctx, ErrorCode::kProtocolError,
-                             conn->local ? "only the shared-memory role is served on the local socket"
-                                         : "the shared-memory role is served on the local socket only");
-      } else if (hs->role == Role::kShm) {
-        result = serve_shm(ctx);
-      } else if (hs->role == Role::kControl) {
-        WS_INFO("publisher: subscriber '{}' connected from {}", hs->client_name, conn->peer);
-        result = serve_control(ctx);
-      } else {
-        result = serve_tcp_data(ctx);
+      close_connection(conn);
+    }
+    return;
+  }
+  if (*progress == FrameAssembler::Progress::kNeedMore) {
+    if (conn->in.partial() && !conn->has_partial) {
+      conn->has_partial = true;
+      conn->partial_since = Clock::now();
+    }
+    arm(conn);
+    return;
+  }
+  conn->has_partial = false;
+  conn->last_activity = Clock::now();
+  Frame frame = conn->in.take_frame();
+  if (!authenticated) {
+    on_handshake_frame(conn, frame);
+  } else if (conn->parked) {
+    counters_.protocol_errors.fetch_add(1);
+    refuse(conn, ErrorCode::kProtocolError, "a request arrived while QUERY_VERSION was still waiting");
+  } else {
+    dispatch(conn, std::move(frame));
+  }
+}
+
+void PublisherServer::on_handshake_frame(Connection* conn, const Frame& frame) {
+  // Handshake messages are tiny and the socket's buffer is empty: they are
+  // written without waiting, and a peer that does not take them is dropped.
+  const Deadline now = Deadline::after(std::chrono::milliseconds(0));
+  if (!conn->handshake.hello_received()) {
+    auto challenge = conn->handshake.on_hello(frame);
+    if (!challenge.ok()) {
+      counters_.protocol_errors.fetch_add(1);
+      refuse(conn, challenge.status().code(), challenge.status().message());
+      return;
+    }
+    if (!write_frame(conn->socket, MsgType::kChallenge, *challenge, now, kPeer).ok()) {
+      close_connection(conn);
+      return;
+    }
+    budget_.touch(conn->id, Clock::now());
+    arm(conn);
+    return;
+  }
+  Status authenticated = conn->handshake.on_auth(frame);
+  if (authenticated.ok()) authenticated = peer_allowed(*conn);
+  if (!authenticated.ok()) {
+    if (authenticated.code() == ErrorCode::kAuthFailed) {
+      counters_.auth_failures.fetch_add(1);
+      if (log_allowed()) WS_WARN("publisher: refused {}: {}", conn->peer, authenticated.message());
+    } else if (authenticated.code() == ErrorCode::kInternal) {
+      WS_ERROR("publisher: cannot authenticate {}: {}", conn->peer, authenticated.message());
+    } else {
+      counters_.protocol_errors.fetch_add(1);
+      if (log_allowed()) {
+        WS_INFO("publisher: handshake with {} failed: {}", conn->peer, authenticated.to_string());
       }
-      WS_DEBUG("publisher: {} connection from {} ended: {}", to_string(hs->role), conn->peer,
-               result.to_string());
-      if (!result.ok() && result.code() != ErrorCode::kConnectionLost && !stopping_.load()) {
-        if (result.code() == ErrorCode::kProtocolError || result.code() == ErrorCode::kInvalidArgument) {
-          counters_.protocol_errors.fetch_add(1);
-        }
-        WS_WARN("publisher: closing connection from {} ('{}'): {}", conn->peer, hs->client_name,
-                result.to_string());
+    }
+    refuse(conn, authenticated.code(), authenticated.code() == ErrorCode::kInternal
+                                           ? "the publisher cannot authenticate (see its log)"
+                                           : authenticated.message());
+    return;
+  }
+  on_authenticated(conn);
+}
+
+Status PublisherServer::peer_allowed(const Connection& conn) const {
+  if (!config_.secret.empty()) return Status();
+  auto uid = peer_uid(conn.socket, conn.local);
+  if (!uid.ok()) {
+    return Status(ErrorCode::kAuthFailed, "the publisher has no secret and cannot tell who this peer is (" +
+                                              uid.status().message() +
+                                              "); set the same WEIGHTSYNC_SECRET on both sides");
+  }
+  if (!same_uid_as_me(*uid)) {
+    return Status(ErrorCode::kAuthFailed,
+                  "the publisher has no secret and serves only its own user, not uid " + std::to_string(*uid) +
+                      "; set the same WEIGHTSYNC_SECRET on both sides to connect as another user");
+  }
+  return Status();
+}
+
+void PublisherServer::on_authenticated(Connection* conn) {
+  const Role role = conn->handshake.role();
+  if ((role == Role::kShm) != conn->local) {
+    counters_.protocol_errors.fetch_add(1);
+    refuse(conn, ErrorCode::kProtocolError,
+           conn->local ? "only the shared-memory role is served on the local socket"
+                       : "the shared-memory role is served on the local socket only");
+    return;
+  }
+  std::uint64_t session = conn->handshake.claimed_session();
+  if (role == Role::kControl) {
+    auto id = random_id();
+    if (!id.ok()) {
+      WS_ERROR("publisher: cannot make a session id: {}", id.status().message());
+      refuse(conn, ErrorCode::kInternal, id.status().message());
+      return;
+    }
+    session = *id;
+  } else if (sessions_.count(session) == 0) {
+    counters_.protocol_errors.fetch_add(1);
+    refuse(conn, ErrorCode::kProtocolError, "data connection names no live control session");
+    return;
+  }
+  if (authenticated_ >= config_.max_connections) {
+    if (log_allowed()) {
+      WS_WARN("publisher: refusing {}: {} authenticated connections already open (max_connections)",
+              conn->peer, authenticated_);
+    }
+    refuse(conn, ErrorCode::kBusy,
+           "the publisher already serves max_connections (" + std::to_string(config_.max_connections) +
+               ") connections; retry later or raise PublisherOptions::max_connections");
+    return;
+  }
+  auto welcome = conn->handshake.welcome(session);
+  if (!welcome.ok()) {
+    WS_ERROR("publisher: cannot complete the handshake with {}: {}", conn->peer, welcome.status().message());
+    refuse(conn, ErrorCode::kInternal, "the publisher cannot authenticate (see its log)");
+    return;
+  }
+  // Joinable before WELCOME leaves, so a data connection opened right after
+  // it is never refused.
+  if (role == Role::kControl) {
+    sessions_.insert(session);
+    conn->owns_session = true;
+  }
+  conn->session = session;
+  conn->phase = role == Role::kControl ? Connection::Phase::kControl
+                : role == Role::kData  ? Connection::Phase::kData
+                                       : Connection::Phase::kLocal;
+  budget_.remove(conn->id);
+  counters_.handshakes_active.fetch_sub(1);
+  ++authenticated_;
+  if (!write_frame(conn->socket, MsgType::kWelcome, *welcome, Deadline::after(std::chrono::milliseconds(0)),
+                   kPeer)
+           .ok()) {
+    close_connection(conn);
+    return;
+  }
+  if (role == Role::kControl) {
+    WS_INFO("publisher: subscriber '{}' connected from {}", printable(conn->handshake.client_name()),
+            conn->peer);
+  }
+  if (conn->phase == Connection::Phase::kLocal) {
+    dispatch(conn, Frame{});  // hand over the descriptors, then close
+    return;
+  }
+  arm(conn);
+}
+
+void PublisherServer::dispatch(Connection* conn, Frame frame) {
+  conn->busy = true;
+  Status posted = workers_.post([this, conn, f = std::move(frame)]() mutable { serve_request(conn, std::move(f)); });
+  if (!posted.ok()) {
+    conn->busy = false;
+    close_connection(conn);
+  }
+}
+
+void PublisherServer::dispatch_parked_answer(Connection* conn) {
+  conn->parked = false;
+  --parked_count_;
+  conn->busy = true;
+  const std::uint64_t newer_than = conn->park_newer_than;
+  Status posted = workers_.post([this, conn, newer_than] {
+    Completion done;
+    done.id = conn->id;
+    done.close = true;
+    try {
+      ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms};
+      done.close = !answer_version_query(ctx, newer_than).ok();
+    } catch (const std::exception& e) {
+      WS_ERROR("publisher: answering {} failed: {}", conn->peer, e.what());
+    }
+    complete(done);
+  });
+  if (!posted.ok()) {
+    conn->busy = false;
+    close_connection(conn);
+  }
+}
+
+void PublisherServer::finish_completions() {
+  std::deque<Completion> done;
+  {
+    std::lock_guard<std::mutex> lock(completions_mu_);
+    done.swap(completions_);
+  }
+  for (const Completion& c : done) {
+    auto it = connections_.find(c.id);
+    if (it == connections_.end()) continue;
+    Connection* conn = it->second.get();
+    conn->busy = false;
+    conn->last_activity = Clock::now();
+    if (c.close || stopping_.load()) {
+      close_connection(conn);
+    } else if (c.park) {
+      conn->parked = true;
+      ++parked_count_;
+      conn->park_newer_than = c.newer_than;
+      conn->park_until = Clock::now() + c.wait;
+      arm(conn);  // a peer that closes while waiting is noticed
+    } else {
+      arm(conn);
+    }
+  }
+}
+
+void PublisherServer::resolve_parked() {
+  if (parked_count_ == 0) return;
+  const std::uint64_t latest = state_.ring->latest_version();
+  const bool stopped = state_.ring->stopped();
+  const Clock::time_point now = Clock::now();
+  std::vector<Connection*> ready;
+  for (auto& [id, conn] : connections_) {
+    if (conn->parked && (latest > conn->park_newer_than || now >= conn->park_until || stopped)) {
+      ready.push_back(conn.get());
+    }
+  }
+  for (Connection* conn : ready) dispatch_parked_answer(conn);
+}
+
+void PublisherServer::sweep_deadlines() {
+  const Clock::time_point now = Clock::now();
+  if (accept_paused_ && now >= accept_paused_until_) {
+    accept_paused_ = false;
+    for (auto [fd, tag] : {std::pair<int, std::uint64_t>{listener_.fd(), kListenerTag},
+                           std::pair<int, std::uint64_t>{local_listener_.fd(), kLocalListenerTag}}) {
+      if (fd < 0) continue;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = tag;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    }
+  }
+  const auto io_timeout = std::chrono::milliseconds(config_.io_timeout_ms);
+  const auto idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
+  std::vector<std::pair<Connection*, int>> expired;  // 0 handshake, 1 stalled frame, 2 idle
+  for (auto& [id, conn] : connections_) {
+    if (conn->busy || conn->parked) continue;
+    if (conn->phase == Connection::Phase::kHandshake) {
+      if (now >= conn->handshake_until) expired.emplace_back(conn.get(), 0);
+    } else if (conn->has_partial && now - conn->partial_since >= io_timeout) {
+      expired.emplace_back(conn.get(), 1);
+    } else if (!conn->has_partial && config_.idle_timeout_ms > 0 && now - conn->last_activity >= idle_timeout) {
+      expired.emplace_back(conn.get(), 2);
+    }
+  }
+  for (auto [conn, why] : expired) {
+    if (why == 0) {
+      counters_.handshakes_timed_out.fetch_add(1);
+      refuse(conn, ErrorCode::kTimeout,
+             "the handshake did not finish within " + std::to_string(config_.handshake_timeout_ms) + " ms");
+    } else if (why == 1) {
+      refuse(conn, ErrorCode::kTimeout, "a request stalled mid-frame past the I/O timeout");
+    } else {
+      counters_.sessions_idle_closed.fetch_add(1);
+      refuse(conn, ErrorCode::kTimeout,
+             "the connection was idle for " + std::to_string(config_.idle_timeout_ms) +
+                 " ms (PublisherOptions::idle_timeout_ms); reconnect");
+    }
+  }
+}
+
+void PublisherServer::refuse(Connection* conn, ErrorCode code, const std::string& why) {
+  if (code == ErrorCode::kBusy) counters_.connections_refused.fetch_add(1);
+  if (conn->busy) {  // the worker owns the socket: no concurrent write
+    close_connection(conn);
+    return;
+  }
+  // Best effort and without waiting: the peer may be the one not reading.
+  (void)reply_error(conn->socket, code, why, Deadline::after(std::chrono::milliseconds(0)), kPeer);
+  close_connection(conn);
+}
+
+void PublisherServer::close_connection(Connection* conn) {
+  if (conn->busy) {
+    conn->socket.shutdown_both();  // the worker fails and hands it back
+    return;
+  }
+  if (conn->parked) --parked_count_;
+  if (conn->phase == Connection::Phase::kHandshake) {
+    budget_.remove(conn->id);
+    counters_.handshakes_active.fetch_sub(1);
+  } else {
+    --authenticated_;
+  }
+  if (conn->owns_session) {
+    sessions_.erase(conn->session);
+    state_.ring->release_session(conn->session);
+    if (state_.session_closed) state_.session_closed(conn->session);
+  }
+  counters_.connections_active.fetch_sub(1);
+  connections_.erase(conn->id);  // closes the socket, which leaves the epoll set
+}
+
+void PublisherServer::watch_versions() {
+  try {
+    std::uint64_t seen = state_.ring->latest_version();
+    while (!stopping_.load()) {
+      const std::uint64_t latest = state_.ring->wait_newer(seen, Deadline::after(std::chrono::seconds(1)));
+      if (latest > seen) {
+        seen = latest;
+        wake();
       }
     }
   } catch (const std::exception& e) {
-    WS_ERROR("publisher: connection from {} failed: {}", conn->peer, e.what());
+    fail(std::string("the publisher's version watcher failed: ") + e.what());
+  }
+}
+
+// --- workers ---
+
+void PublisherServer::serve_request(Connection* conn, Frame frame) {
+  // Whatever happens, the connection goes back to the loop (closed on an exception).
+  try {
+    serve_request_unguarded(conn, std::move(frame));
+  } catch (const std::exception& e) {
+    WS_ERROR("publisher: serving {} failed: {}", conn->peer, e.what());
+    complete(Completion{conn->id, /*close=*/true});
   } catch (...) {
-    WS_ERROR("publisher: connection from {} failed with an unknown exception", conn->peer);
+    WS_ERROR("publisher: serving {} failed with an unknown exception", conn->peer);
+    complete(Completion{conn->id, /*close=*/true});
   }
-  if (control_session != 0) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      sessions_.erase(control_session);
+}
+
+void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
+  Completion done;
+  done.id = conn->id;
+  Status status;
+  if (conn->phase == Connection::Phase::kLocal) {
+    status = serve_local_regions(conn->socket, *state_.ring, config_.io_timeout_ms);
+    done.close = true;
+  } else if (conn->phase == Connection::Phase::kData) {
+    if (frame.type == MsgType::kBye) {
+      done.close = true;
+    } else if (frame.type != MsgType::kRead) {
+      status = reply_error(conn->socket, ErrorCode::kProtocolError,
+                           std::string("unexpected ") + to_string(frame.type) + " on a data connection",
+                           Deadline::after(std::chrono::milliseconds(config_.io_timeout_ms)), kPeer);
+    } else {
+      status = serve_tcp_read(conn->socket, *state_.ring, conn->session, frame.payload, config_.io_timeout_ms,
+                              &counters_.bytes_served);
     }
-    state_.ring->release_session(control_session);
-    if (state_.session_closed) state_.session_closed(control_session);
+  } else {
+    ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms};
+    ControlOutcome outcome = handle_control_request(ctx, frame);
+    status = outcome.status;
+    done.close = outcome.bye;
+    done.park = outcome.park;
+    done.newer_than = outcome.newer_than;
+    done.wait = outcome.wait;
   }
-  conn->socket.shutdown_both();
-  counters_.connections_active.fetch_sub(1);
-  conn->done.store(true);
-  (void)!::write(wake_pipe_[1], "r", 1);  // let the acceptor reap this thread soon
+  if (!status.ok()) {
+    done.close = true;
+    if (status.code() != ErrorCode::kConnectionLost && !stopping_.load()) {
+      if (status.code() == ErrorCode::kProtocolError || status.code() == ErrorCode::kInvalidArgument) {
+        counters_.protocol_errors.fetch_add(1);
+      }
+      WS_WARN("publisher: closing connection from {} ('{}'): {}", conn->peer,
+              printable(conn->handshake.client_name()), status.to_string());
+    }
+  }
+  complete(done);
+}
+
+void PublisherServer::complete(Completion completion) {
+  {
+    std::lock_guard<std::mutex> lock(completions_mu_);
+    completions_.push_back(completion);
+  }
+  wake();
 }
 
 }  // namespace weightsync::detail

@@ -1,28 +1,45 @@
-// PublisherServer: accepts subscriber connections and serves each on its own
-// thread (docs/thread_model.md).
+// PublisherServer: serves subscriber connections from one event loop and a
+// bounded pool of workers (docs/thread_model.md), so that open connections
+// cost file descriptors, not threads.
 //
-// One acceptor thread polls the listening socket and a wake-up pipe. Each
-// accepted connection runs the handshake and then the control or data loop on
-// a thread of its own; a failure on one connection closes that connection only.
-// stop() (also run by the destructor) wakes every thread and joins it. No
-// exception leaves a thread: each body catches, logs and closes.
+// The event-loop thread owns every connection. It accepts, reads frames
+// without blocking (wire/frame_assembler.h), runs the handshake itself (no
+// unauthenticated peer ever holds a thread), keeps the deadlines and parks
+// QUERY_VERSION requests that wait for a newer version. A complete request
+// from an authenticated connection is handed to a worker (publisher/
+// worker_pool.h), which replies with blocking, deadline-bounded writes and
+// hands the connection back. One more thread watches the ring for commits to
+// answer parked queries at once.
+//
+// Budgets (PublisherOptions): connections that have not authenticated have
+// their own small budget (publisher/handshake_budget.h) and a short deadline;
+// only authenticated connections count against max_connections, and one
+// refused for capacity is sent ERROR(kBusy) first. Authenticated
+// connections silent past idle_timeout_ms are closed; accepted sockets get
+// TCP keepalive and TCP_USER_TIMEOUT. Without a secret, only peers running
+// as this process's user are admitted.
+//
+// Threads: start() and stop() from the owner; counters and health() from any
+// thread. stop() (also run by the destructor) wakes and joins every thread.
+// No exception leaves a thread: each body catches and logs; a failure of the
+// event loop itself is reported by health().
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
-#include <functional>
-#include <list>
+#include <deque>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
-#include <vector>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "net/socket.h"
-#include "ring/slot_ring.h"
-#include "weightsync/layout.h"
-#include "wire/messages.h"
+#include "publisher/handshake_budget.h"
+#include "publisher/served_state.h"
+#include "publisher/worker_pool.h"
 
 namespace weightsync::detail {
 
@@ -30,21 +47,11 @@ struct ServerConfig {
   std::string secret;
   int io_timeout_ms = 10000;
   std::size_t max_connections = 256;
-};
-
-// What connection handlers need from the publisher.
-struct ServedState {
-  const WeightLayout* layout = nullptr;
-  SlotRing* ring = nullptr;
-  bool checksums = false;
-  // The transports offered in SLOT_TABLE, best first (tcp always last).
-  std::vector<TransportOffer> offers;
-  // Transports with per-connection state (TRANSPORT_CONNECT): name -> handler
-  // returning the accept blob; `session_closed` drops a session's state.
-  std::function<Result<std::vector<std::uint8_t>>(const std::string&, std::uint64_t,
-                                                  const std::vector<std::uint8_t>&)>
-      transport_connect;
-  std::function<void(std::uint64_t)> session_closed;
+  std::size_t max_handshakes = 64;
+  std::size_t max_handshakes_per_address = 16;
+  int handshake_timeout_ms = 2000;
+  int idle_timeout_ms = 0;  // 0: never
+  std::size_t max_workers = 64;
 };
 
 struct ServerCounters {
@@ -53,45 +60,97 @@ struct ServerCounters {
   std::atomic<std::uint64_t> auth_failures{0};
   std::atomic<std::uint64_t> protocol_errors{0};
   std::atomic<std::uint64_t> bytes_served{0};
+  std::atomic<std::uint64_t> connections_refused{0};
+  std::atomic<std::uint64_t> handshakes_active{0};
+  std::atomic<std::uint64_t> handshakes_timed_out{0};
+  std::atomic<std::uint64_t> sessions_idle_closed{0};
+};
+
+struct ServerHealth {
+  bool serving = true;
+  std::string error;  // why serving stopped
 };
 
 class PublisherServer {
  public:
   // `local_listener` (an abstract Unix socket; may be invalid) serves the
-  // shared-memory transport to subscribers on this host.
+  // same-host transports to subscribers on this host.
   static Result<std::unique_ptr<PublisherServer>> start(Socket listener, Socket local_listener,
                                                         ServerConfig config, ServedState state);
   ~PublisherServer();
   void stop();
   const ServerCounters& counters() const { return counters_; }
+  ServerHealth health() const;
 
  private:
-  struct Connection {
-    Socket socket;
-    std::string peer;
-    bool local = false;  // accepted on the Unix socket
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
+  struct Connection;
+  struct Completion;
+  using Clock = std::chrono::steady_clock;
 
   PublisherServer(Socket listener, Socket local_listener, ServerConfig config, ServedState state);
-  void accept_loop();
-  void accept_one(bool local);
-  void serve(Connection* conn);
-  void reap_finished_locked();
-  bool session_alive(std::uint64_t session);
+  Status setup();
+  void run_loop();
+  void loop_once();
+  void watch_versions();
+  void fail(const std::string& why);
+  void wake();
+
+  // Event loop (loop thread only).
+  void accept_ready(bool local);
+  void admit(Socket socket, std::string peer, std::string address, bool local);
+  void on_readable(Connection* conn);
+  void on_handshake_frame(Connection* conn, const Frame& frame);
+  void on_authenticated(Connection* conn);
+  void dispatch(Connection* conn, Frame frame);
+  void dispatch_parked_answer(Connection* conn);
+  void finish_completions();
+  void resolve_parked();
+  void sweep_deadlines();
+  void arm(Connection* conn);
+  void refuse(Connection* conn, ErrorCode code, const std::string& why);
+  void close_connection(Connection* conn);
+  Status peer_allowed(const Connection& conn) const;
+
+  // Workers.
+  void serve_request(Connection* conn, Frame frame);
+  void serve_request_unguarded(Connection* conn, Frame frame);
+  void complete(Completion completion);
 
   Socket listener_;
   Socket local_listener_;
-  int wake_pipe_[2] = {-1, -1};
   ServerConfig config_;
   ServedState state_;
   ServerCounters counters_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::list<std::unique_ptr<Connection>> connections_;
-  std::set<std::uint64_t> sessions_;
+  std::thread loop_;
+  std::thread version_watcher_;
+  WorkerPool workers_;
+
+  // Loop thread only.
+  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
+  std::unordered_set<std::uint64_t> sessions_;  // live control sessions
+  HandshakeBudget budget_;
+  std::size_t authenticated_ = 0;
+  std::uint64_t next_id_ = 16;
+  std::uint64_t parked_count_ = 0;
+  std::uint64_t latest_seen_ = 0;
+  Clock::time_point next_sweep_{};
+  Clock::time_point accept_paused_until_{};
+  bool accept_paused_ = false;
+  std::uint64_t log_window_start_ms_ = 0;
+  std::uint32_t logs_in_window_ = 0;
+  std::uint64_t logs_suppressed_ = 0;
+
+  // Workers -> loop.
+  std::mutex completions_mu_;
+  std::deque<Completion> completions_;
+
+  mutable std::mutex health_mu_;
+  ServerHealth health_;
+
+  bool log_allowed();
 };
 
 }  // namespace weightsync::detail

@@ -10,15 +10,22 @@
 namespace weightsync::detail {
 
 Result<std::unique_ptr<SlotRing>> SlotRing::create(std::size_t slots, std::size_t slot_bytes,
-                                                   FullRingPolicy policy, const SlotAllocator& allocator,
+                                                   FullRingPolicy policy,
+                                                   std::chrono::milliseconds lease_timeout,
+                                                   const SlotAllocator& allocator,
                                                    const SlotAllocator* stamp_allocator) {
   if (slots < 2 || slots > 1024) {
     return Status(ErrorCode::kInvalidArgument,
                   "a publisher needs between 2 and 1024 slots, not " + std::to_string(slots));
   }
+  if (lease_timeout.count() < 1) {
+    return Status(ErrorCode::kInvalidArgument, "the lease timeout must be at least 1 ms, not " +
+                                                   std::to_string(lease_timeout.count()) + " ms");
+  }
   std::unique_ptr<SlotRing> ring(new SlotRing());
   ring->slot_bytes_ = slot_bytes;
   ring->policy_ = policy;
+  ring->lease_timeout_ = lease_timeout;
   ring->allocator_name_ = allocator.name;
   auto page = (stamp_allocator != nullptr ? *stamp_allocator : allocator)
                   .allocate(slots * sizeof(std::atomic<std::uint64_t>), "weightsync-stamps");
@@ -54,7 +61,7 @@ Result<Reservation> SlotRing::reserve(std::uint64_t version) {
     const Slot& s = slots_[i];
     if (static_cast<int>(i) == newest_ || s.writing) continue;
     if (oldest < 0 || s.version < slots_[oldest].version) oldest = static_cast<int>(i);
-    if (s.leases == 0 && (free_slot < 0 || s.version < slots_[free_slot].version)) {
+    if (s.live.empty() && (free_slot < 0 || s.version < slots_[free_slot].version)) {
       free_slot = static_cast<int>(i);
     }
   }
@@ -62,28 +69,37 @@ Result<Reservation> SlotRing::reserve(std::uint64_t version) {
   std::uint32_t revoked = 0;
   int chosen = free_slot;
   if (chosen < 0) {
+    const Clock::time_point now = Clock::now();
     if (policy_ == FullRingPolicy::kSkip) {
-      ++skipped_;
-      return Status(ErrorCode::kBusy, "every slot is being read; version " + std::to_string(version) +
-                                          " was skipped (FullRingPolicy::kSkip); publish the next one");
-    }
-    chosen = oldest;
-    for (auto& [id, lease] : leases_) {
-      if (lease.slot == static_cast<std::uint32_t>(chosen) && !lease.revoked) {
-        lease.revoked = true;
-        ++revoked;
+      // Only a slot whose every lease has outlived the lease timeout may be
+      // taken back: the oldest such version.
+      for (std::size_t i = 0; i < slots_.size(); ++i) {
+        const Slot& s = slots_[i];
+        if (static_cast<int>(i) == newest_ || s.writing || !leases_expired_locked(s, now)) continue;
+        if (chosen < 0 || s.version < slots_[chosen].version) chosen = static_cast<int>(i);
       }
+      if (chosen < 0) {
+        ++counters_.skipped;
+        return Status(ErrorCode::kBusy, "every slot is being read; version " + std::to_string(version) +
+                                            " was skipped (FullRingPolicy::kSkip); publish the next one");
+      }
+    } else {
+      chosen = oldest;
     }
-    slots_[chosen].leases = 0;
-    revoked_ += revoked;
-    WS_DEBUG("revoked {} lease(s) on slot {} (version {}) to publish version {}", revoked, chosen,
-             slots_[chosen].version, version);
+    std::uint32_t expired = 0;
+    revoked = revoke_slot_locked(slots_[chosen], now, &expired);
+    WS_DEBUG("revoked {} lease(s) ({} expired) on slot {} (version {}) to publish version {}", revoked,
+             expired, chosen, slots_[chosen].version, version);
   }
   Slot& slot = slots_[chosen];
   slot.writing = true;
   slot.version = 0;
   slot.has_checksum = false;
-  // Seqlock write side: odd stamp, then a release fence before any byte changes.
+  // Seqlock write side. The release fence orders the odd stamp store before
+  // every store that follows it, the slot bytes included: a reader that loads
+  // any of those bytes and then runs an acquire fence (stamp_after) sees the
+  // odd stamp or a later value ([atomics.fences]). commit()'s release store
+  // orders the bytes before the even stamp. The mutex takes no part in this.
   stamp(chosen).store((version << 1) | 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   return Reservation{static_cast<std::uint32_t>(chosen), revoked, slot.buffer->data()};
@@ -101,7 +117,7 @@ void SlotRing::commit(std::uint32_t slot_index, std::uint64_t version,
     stamp(slot_index).store(version << 1, std::memory_order_release);
     newest_ = static_cast<int>(slot_index);
     latest_version_ = version;
-    ++published_;
+    ++counters_.published;
   }
   committed_cv_.notify_all();
 }
@@ -127,8 +143,8 @@ Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_
                                             " is published yet (latest: " + std::to_string(latest_version_) +
                                             ")");
   }
-  std::size_t held = 0;
-  for (const auto& [lease_id, lease] : leases_) held += lease.session == session ? 1 : 0;
+  auto session_it = sessions_.find(session);
+  const std::size_t held = session_it == sessions_.end() ? 0 : session_it->second.size();
   if (held >= kMaxLeasesPerSession) {
     return Status(ErrorCode::kInvalidArgument, "this subscriber already holds " + std::to_string(held) +
                                                    " leases; release one before acquiring another");
@@ -138,9 +154,12 @@ Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_
   LeaseGrant grant{
       *id,          slot.version, static_cast<std::uint32_t>(newest_), slot.version << 1, slot.has_checksum,
       slot.checksum};
-  leases_.emplace(grant.lease_id, Lease{session, grant.slot, grant.stamp, grant.version, false});
-  ++slot.leases;
-  ++granted_;
+  slot.live.insert(grant.lease_id);
+  sessions_[session].push_back(grant.lease_id);
+  leases_.emplace(grant.lease_id,
+                  Lease{session, grant.slot, grant.stamp, grant.version, Clock::now(), false});
+  ++counters_.active;
+  ++counters_.granted;
   return grant;
 }
 
@@ -159,8 +178,47 @@ Result<LeaseGrant> SlotRing::check_lease(std::uint64_t session, std::uint64_t le
   return LeaseGrant{lease_id, lease.version, lease.slot, lease.stamp, slot.has_checksum, slot.checksum};
 }
 
+bool SlotRing::leases_expired_locked(const Slot& slot, Clock::time_point now) const {
+  for (std::uint64_t id : slot.live) {
+    if (now - leases_.at(id).granted < lease_timeout_) return false;
+  }
+  return true;
+}
+
+std::uint32_t SlotRing::revoke_slot_locked(Slot& slot, Clock::time_point now, std::uint32_t* expired) {
+  std::uint32_t revoked = 0;
+  for (std::uint64_t id : slot.live) {
+    Lease& lease = leases_.at(id);
+    lease.revoked = true;
+    ++revoked;
+    if (now - lease.granted >= lease_timeout_) ++*expired;
+  }
+  slot.live.clear();
+  counters_.active -= revoked;
+  counters_.revoked += revoked;
+  counters_.expired += *expired;
+  return revoked;
+}
+
 void SlotRing::drop_lease_locked(std::unordered_map<std::uint64_t, Lease>::iterator it) {
-  if (!it->second.revoked) --slots_[it->second.slot].leases;
+  const std::uint64_t id = it->first;
+  const Lease& lease = it->second;
+  if (!lease.revoked) {
+    slots_[lease.slot].live.erase(id);
+    --counters_.active;
+  }
+  auto session_it = sessions_.find(lease.session);
+  if (session_it != sessions_.end()) {
+    auto& ids = session_it->second;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] == id) {
+        ids[i] = ids.back();
+        ids.pop_back();
+        break;
+      }
+    }
+    if (ids.empty()) sessions_.erase(session_it);
+  }
   leases_.erase(it);
 }
 
@@ -172,10 +230,12 @@ void SlotRing::release(std::uint64_t session, std::uint64_t lease_id) {
 
 void SlotRing::release_session(std::uint64_t session) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    auto next = std::next(it);
-    if (it->second.session == session) drop_lease_locked(it);
-    it = next;
+  auto session_it = sessions_.find(session);
+  if (session_it == sessions_.end()) return;
+  const std::vector<std::uint64_t> ids = session_it->second;  // drop_lease_locked edits the original
+  for (std::uint64_t id : ids) {
+    auto it = leases_.find(id);
+    if (it != leases_.end()) drop_lease_locked(it);
   }
 }
 
@@ -212,15 +272,9 @@ std::uint64_t SlotRing::stamp_after(std::uint32_t slot) const noexcept {
   return stamp(slot).load(std::memory_order_relaxed);
 }
 
-void SlotRing::fill_stats(PublisherStats* stats) const {
+RingStats SlotRing::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  stats->versions_published = published_;
-  stats->versions_skipped = skipped_;
-  stats->leases_revoked = revoked_;
-  stats->leases_granted = granted_;
-  std::uint64_t active = 0;
-  for (const auto& [id, lease] : leases_) active += lease.revoked ? 0 : 1;
-  stats->leases_active = active;
+  return counters_;
 }
 
 }  // namespace weightsync::detail

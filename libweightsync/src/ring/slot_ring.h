@@ -10,25 +10,35 @@
 // SharedRegions by default, so a subscriber on the same host can map them
 // read-only (transport/shm), or UCX-allocated memory (transport/ucx).
 //
+// Leases: a lease pins the slot it reads until it is released, its session
+// ends, or reserve() takes the slot back (the lease is then revoked and its
+// reader gets kVersionRevoked). reserve() takes back a leased slot only when no
+// candidate slot is free: under kRevokeOldest always (the oldest candidate),
+// under kSkip only a candidate whose every live lease is at least
+// `lease_timeout` old (steady clock); otherwise kBusy. A revoked lease that
+// was at least `lease_timeout` old counts as expired as well as revoked.
+//
 // Threads: reserve/commit/abandon come from the publishing thread only; all
 // other methods from any thread. Metadata is guarded by one mutex; slot bytes
-// are written outside it. Never throws.
+// are written outside it. Never throws, except std::bad_alloc from the lease
+// tables.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/deadline.h"
 #include "memory/slot_memory.h"
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
-#include "weightsync/publisher.h"
 
 namespace weightsync::detail {
 
@@ -41,6 +51,16 @@ struct LeaseGrant {
   std::uint64_t checksum = 0;
 };
 
+// Counters since create(); a snapshot taken under the ring's mutex.
+struct RingStats {
+  std::uint64_t published = 0;  // versions committed
+  std::uint64_t skipped = 0;    // reserve() calls answered kBusy (kSkip)
+  std::uint64_t revoked = 0;    // leases taken back, expired ones included
+  std::uint64_t expired = 0;    // of those, leases at least lease_timeout old
+  std::uint64_t granted = 0;    // leases granted
+  std::uint64_t active = 0;     // live (granted, not revoked, not released)
+};
+
 struct Reservation {
   std::uint32_t slot = 0;
   std::uint32_t revoked = 0;  // leases taken back to free the slot
@@ -49,10 +69,14 @@ struct Reservation {
 
 class SlotRing {
  public:
+  using Clock = std::chrono::steady_clock;
   static constexpr std::size_t kMaxLeasesPerSession = 8;
 
+  // kInvalidArgument unless 2 <= slots <= 1024 and lease_timeout >= 1 ms.
   static Result<std::unique_ptr<SlotRing>> create(std::size_t slots, std::size_t slot_bytes,
-                                                  FullRingPolicy policy, const SlotAllocator& allocator,
+                                                  FullRingPolicy policy,
+                                                  std::chrono::milliseconds lease_timeout,
+                                                  const SlotAllocator& allocator,
                                                   const SlotAllocator* stamp_allocator = nullptr);
 
   std::size_t slot_count() const noexcept { return slots_.size(); }
@@ -68,7 +92,8 @@ class SlotRing {
 
   // --- publishing thread ---
   // Picks a slot for `version` (which must exceed the latest committed one)
-  // and marks it being written. kBusy under kSkip with a full ring.
+  // and marks it being written. kBusy under kSkip while every candidate slot
+  // holds a lease younger than lease_timeout.
   Result<Reservation> reserve(std::uint64_t version);
   void commit(std::uint32_t slot, std::uint64_t version, std::optional<std::uint64_t> checksum);
   void abandon(std::uint32_t slot);
@@ -93,14 +118,14 @@ class SlotRing {
   std::uint64_t stamp_before(std::uint32_t slot) const noexcept;
   std::uint64_t stamp_after(std::uint32_t slot) const noexcept;
 
-  void fill_stats(PublisherStats* stats) const;
+  RingStats stats() const;
 
  private:
   struct Slot {
     std::unique_ptr<SlotMemory> buffer;
     std::uint64_t version = 0;  // committed version held; 0 when empty
     bool writing = false;
-    std::uint32_t leases = 0;  // live (not revoked) leases
+    std::unordered_set<std::uint64_t> live;  // ids of its live (not revoked) leases
     bool has_checksum = false;
     std::uint64_t checksum = 0;
   };
@@ -109,16 +134,23 @@ class SlotRing {
     std::uint32_t slot = 0;
     std::uint64_t stamp = 0;
     std::uint64_t version = 0;
+    Clock::time_point granted;
     bool revoked = false;
   };
 
   SlotRing() = default;
   std::atomic<std::uint64_t>& stamp(std::uint32_t slot) const noexcept { return stamps_[slot]; }
   void drop_lease_locked(std::unordered_map<std::uint64_t, Lease>::iterator it);
+  // True when every live lease on `slot` is at least lease_timeout_ old at `now`.
+  bool leases_expired_locked(const Slot& slot, Clock::time_point now) const;
+  // Marks every live lease on `slot` revoked; returns how many, and adds the
+  // expired ones (at `now`) to *expired.
+  std::uint32_t revoke_slot_locked(Slot& slot, Clock::time_point now, std::uint32_t* expired);
 
   std::vector<Slot> slots_;
   std::size_t slot_bytes_ = 0;
   FullRingPolicy policy_ = FullRingPolicy::kRevokeOldest;
+  Clock::duration lease_timeout_{};
   std::unique_ptr<SlotMemory> stamp_page_;
   std::string allocator_name_;
   std::atomic<std::uint64_t>* stamps_ = nullptr;
@@ -127,9 +159,11 @@ class SlotRing {
   std::condition_variable committed_cv_;
   bool stopping_ = false;
   int newest_ = -1;
-  std::atomic<std::uint64_t> latest_version_{0};  // written under mu_, read lock-free
-  std::unordered_map<std::uint64_t, Lease> leases_;
-  std::uint64_t published_ = 0, skipped_ = 0, revoked_ = 0, granted_ = 0;
+  std::atomic<std::uint64_t> latest_version_{0};     // written under mu_, read lock-free
+  std::unordered_map<std::uint64_t, Lease> leases_;  // live and revoked, until released
+  // Each session's lease ids (live and revoked; at most kMaxLeasesPerSession).
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> sessions_;
+  RingStats counters_;  // `active` kept equal to the number of live leases
 };
 
 }  // namespace weightsync::detail

@@ -3,7 +3,7 @@
 
 #include <poll.h>
 
-#include "auth/handshake.h"
+#include "auth/client_connect.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {
@@ -15,11 +15,10 @@ Result<ControlClient> ControlClient::connect(const HostPort& publisher, const st
                                              const std::string& client_name, int connect_timeout_ms,
                                              int io_timeout_ms) {
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(connect_timeout_ms));
-  auto socket = connect_tcp(publisher, deadline);
-  if (!socket.ok()) return socket.status();
-  auto session = client_handshake(*socket, secret, Role::kControl, 0, client_name, deadline);
-  if (!session.ok()) return session.status();
-  return ControlClient(std::move(*socket), *session, io_timeout_ms);
+  auto connected = connect_and_authenticate([&](Deadline d) { return connect_tcp(publisher, d); }, secret,
+                                            Role::kControl, 0, client_name, deadline);
+  if (!connected.ok()) return connected.status();
+  return ControlClient(std::move(connected->socket), connected->session_id, io_timeout_ms);
 }
 
 Result<Frame> ControlClient::call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,

@@ -324,6 +324,23 @@ Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
   return Status(ErrorCode::kInternal, std::string("Subscriber::wait_for_version: ") + e.what());
 }
 
+namespace {
+
+// The end of a pull's wait for a new version: `start + wait`, saturated. A
+// wait of zero or less ends at `start` (do not wait); a wait too long for the
+// clock (milliseconds::max() included) never ends: the pull waits as long as
+// the connection lives, one bounded query at a time.
+std::chrono::steady_clock::time_point wait_deadline(std::chrono::steady_clock::time_point start,
+                                                    std::chrono::milliseconds wait) {
+  using Clock = std::chrono::steady_clock;
+  if (wait.count() <= 0) return start;
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
+  if (wait >= room) return Clock::time_point::max();
+  return start + std::chrono::duration_cast<Clock::duration>(wait);
+}
+
+}  // namespace
+
 Result<PullResult> Subscriber::pull(const Destination& destination, const PullOptions& options) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
   const auto start = std::chrono::steady_clock::now();
@@ -335,7 +352,7 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
     if (Status s = impl_->ensure_staging(); !s.ok()) return s;
   }
   const std::uint64_t newer_than = options.newer_than.value_or(impl_->held_version);
-  const auto wait_until = start + options.wait;
+  const auto wait_until = wait_deadline(start, options.wait);
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};
@@ -361,8 +378,8 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
       auto latest = wait_for_version(newer_than, std::max(left, std::chrono::milliseconds(1)));
       waited += std::chrono::steady_clock::now() - now;
       if (!impl_->sticky.ok()) return impl_->sticky;  // the wait broke the connection
-      if (!latest.ok())
-        return latest.status().code() == ErrorCode::kTimeout ? result.status() : latest.status();
+      // A wait longer than one query allows ends in kTimeout: query again until wait_until.
+      if (!latest.ok() && latest.status().code() != ErrorCode::kTimeout) return latest.status();
       continue;
     }
     if ((code == ErrorCode::kVersionRevoked || code == ErrorCode::kChecksumMismatch) &&

@@ -19,6 +19,11 @@ inline constexpr std::size_t kFrameHeaderBytes = 16;
 inline constexpr std::uint32_t kMaxRequestPayload = 128 * 1024;
 // Largest payload a subscriber accepts from a publisher (a layout may be big).
 inline constexpr std::uint32_t kMaxReplyPayload = 64 * 1024 * 1024;
+// Largest payload either side accepts during the handshake (HELLO, CHALLENGE,
+// AUTH, WELCOME, or an ERROR in their place), before the peer is
+// authenticated. It covers the largest legitimate one, an ERROR with a
+// kMaxErrorMessage-byte message (auth/handshake.cc checks this).
+inline constexpr std::uint32_t kMaxHandshakePayload = 8 * 1024;
 
 enum class MsgType : std::uint16_t {
   kHello = 1,

@@ -1,6 +1,7 @@
 // Whole-frame socket I/O.
 #include "wire/frame_io.h"
 
+#include "common/printable.h"
 #include "wire/messages.h"
 
 namespace weightsync::detail {
@@ -43,6 +44,12 @@ Result<Frame> read_request(const Socket& socket, std::uint32_t max_payload, int 
   return read_frame(socket, max_payload, io, io, peer);
 }
 
+Status reply_error(const Socket& socket, ErrorCode code, const std::string& message, Deadline deadline,
+                   const char* peer) {
+  (void)write_frame(socket, MsgType::kError, ErrorMsg{code, message}.encode(), deadline, peer);
+  return Status(code, message);
+}
+
 Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_t max_payload,
                             Deadline deadline, const char* peer) {
   auto frame = read_frame(socket, max_payload, deadline, deadline, peer);
@@ -50,7 +57,7 @@ Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_
   if (frame->type == MsgType::kError) {
     auto err = ErrorMsg::decode(frame->payload);
     if (!err.ok()) return err.status();
-    return Status(err->code, std::string(peer) + " refused: " + err->message);
+    return Status(err->code, std::string(peer) + " refused: " + printable(err->message, kMaxErrorMessage));
   }
   if (frame->type != expected) {
     return Status(ErrorCode::kProtocolError, std::string("expected ") + to_string(expected) + " from " +

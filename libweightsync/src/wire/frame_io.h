@@ -1,6 +1,7 @@
 // Reading and writing whole frames on a Socket.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "net/socket.h"
@@ -22,6 +23,11 @@ Result<Frame> read_frame(const Socket& socket, std::uint32_t max_payload, Deadli
 // from its first byte.
 Result<Frame> read_request(const Socket& socket, std::uint32_t max_payload, int io_timeout_ms,
                            const char* peer);
+
+// Sends ERROR(code, message) (best effort: a failure to send is ignored) and
+// returns Status(code, message), so a handler can `return reply_error(...)`.
+Status reply_error(const Socket& socket, ErrorCode code, const std::string& message, Deadline deadline,
+                   const char* peer);
 
 // Reads one frame and, if it is an ERROR frame, turns it into its Status;
 // if it is not of type `expected`, a kProtocolError.

@@ -1,6 +1,7 @@
 // Shared-memory transport, subscriber side.
 #include "transport/shm/shm_data_channel.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -18,22 +20,64 @@
 namespace weightsync::detail {
 namespace {
 
-// A read-only mapping of one received descriptor.
+std::string to_hex(int value) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%x", static_cast<unsigned>(value));
+  return buf;
+}
+
+// The seals of a publisher's SharedRegion (memory/shared_region.cc) that
+// protect a reader: without SHRINK the file could be truncated under our
+// mapping and a read would die of SIGBUS; without GROW and a write seal
+// (FUTURE_WRITE, or the stronger WRITE) the memory is not the region only its
+// owner's mapping can write. F_SEAL_SEAL is not needed: seals never go away.
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+constexpr int kWriteSeals = F_SEAL_FUTURE_WRITE | F_SEAL_WRITE;
+
+// The size of `fd` (received from the publisher, announced as `what`) when
+// it is a memfd sealed as above and at least `min_bytes` long; otherwise
+// kProtocolError naming the problem. Once sealed, the size cannot change.
+Result<std::size_t> checked_size(int fd, std::uint64_t min_bytes, const std::string& what) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    return Status(ErrorCode::kProtocolError,
+                  "publisher's " + what +
+                      " is not sealable shared memory (F_GET_SEALS: " + std::strerror(errno) +
+                      "); refusing to map it (is the publisher a weightsync publisher?)");
+  }
+  if ((seals & kRequiredSeals) != kRequiredSeals || (seals & kWriteSeals) == 0) {
+    return Status(ErrorCode::kProtocolError,
+                  "publisher's " + what + " is not sealed against shrink, grow and write (seals 0x" +
+                      to_hex(seals) + ", need 0x" + to_hex(kRequiredSeals | F_SEAL_FUTURE_WRITE) +
+                      "); refusing to map it: it could be truncated under the mapping");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status(ErrorCode::kProtocolError,
+                  "cannot stat the publisher's " + what + ": " + std::string(std::strerror(errno)));
+  }
+  if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) < min_bytes) {
+    return Status(ErrorCode::kProtocolError, "publisher's " + what + " holds " + std::to_string(st.st_size) +
+                                                 " bytes, less than the " + std::to_string(min_bytes) +
+                                                 " it announced; refusing to map it");
+  }
+  return static_cast<std::size_t>(st.st_size);
+}
+
+// A read-only mapping of one received descriptor, checked first.
 class ReadOnlyMapping {
  public:
-  static Result<ReadOnlyMapping> map(int fd, std::uint64_t min_bytes) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < min_bytes) {
-      return Status(ErrorCode::kProtocolError, "publisher's shared memory is smaller than announced");
-    }
-    void* p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  static Result<ReadOnlyMapping> map(int fd, std::uint64_t min_bytes, const std::string& what) {
+    auto size = checked_size(fd, min_bytes, what);
+    if (!size.ok()) return size.status();
+    void* p = ::mmap(nullptr, *size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       return Status(ErrorCode::kConnectionLost,
                     std::string("cannot map the publisher's shared memory: ") + std::strerror(errno));
     }
     ReadOnlyMapping m;
     m.data_ = p;
-    m.size_ = static_cast<std::size_t>(st.st_size);
+    m.size_ = *size;
     return m;
   }
   ReadOnlyMapping() = default;
@@ -87,14 +131,15 @@ Result<std::unique_ptr<DataChannel>> open_shm_data_channel(const LocalChannelCon
   std::vector<ReadOnlyMapping> slots;
   Status failed;
   for (std::uint32_t i = 0; i < regions->slot_count && failed.ok(); ++i) {
-    auto m = ReadOnlyMapping::map((*fds)[i], regions->slot_bytes);
+    auto m = ReadOnlyMapping::map((*fds)[i], regions->slot_bytes, "slot " + std::to_string(i));
     if (m.ok()) {
       slots.push_back(std::move(*m));
     } else {
       failed = m.status();
     }
   }
-  auto stamps = failed.ok() ? ReadOnlyMapping::map(fds->back(), regions->slot_count * sizeof(std::uint64_t))
+  auto stamps = failed.ok() ? ReadOnlyMapping::map(fds->back(), regions->slot_count * sizeof(std::uint64_t),
+                                                   "stamp page")
                             : Result<ReadOnlyMapping>(failed);
   for (int fd : *fds) ::close(fd);  // the mappings keep the memory alive
   if (!stamps.ok()) return stamps.status();

@@ -3,7 +3,7 @@
 
 #include <sys/uio.h>
 
-#include "auth/handshake.h"
+#include "auth/client_connect.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {
@@ -73,12 +73,11 @@ class TcpDataChannel final : public DataChannel {
 
 Result<std::unique_ptr<DataChannel>> open_tcp_data_channel(const TcpChannelConfig& config) {
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(config.connect_timeout_ms));
-  auto socket = connect_tcp(config.publisher, deadline);
-  if (!socket.ok()) return socket.status();
-  auto session =
-      client_handshake(*socket, config.secret, Role::kData, config.session_id, config.client_name, deadline);
-  if (!session.ok()) return session.status();
-  return std::unique_ptr<DataChannel>(new TcpDataChannel(std::move(*socket)));
+  auto connected =
+      connect_and_authenticate([&](Deadline d) { return connect_tcp(config.publisher, d); }, config.secret,
+                               Role::kData, config.session_id, config.client_name, deadline);
+  if (!connected.ok()) return connected.status();
+  return std::unique_ptr<DataChannel>(new TcpDataChannel(std::move(connected->socket)));
 }
 
 }  // namespace weightsync::detail

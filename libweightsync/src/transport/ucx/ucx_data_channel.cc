@@ -382,7 +382,7 @@ Result<std::unique_ptr<DataChannel>> open_ucx_data_channel(const std::vector<std
     if (!offer.ok()) return offer.status();
     if (offer->slots.size() != slot_count)
       return Status(ErrorCode::kProtocolError, "ucx offer: wrong slot count");
-    auto stack = make_ucx_stack("weightsync-subscriber", /*wakeup=*/false);
+    auto stack = make_ucx_stack("weightsync-subscriber", UcxRole::kSubscriber);
     if (!stack.ok()) return stack.status();
     auto channel = std::make_unique<UcxDataChannel>(std::move(*stack), std::move(*offer));
     Status s = channel->connect(slot_bytes, connect_timeout_ms);

@@ -27,17 +27,24 @@ struct UcxEndpointStack {
   UcxWorker worker;
 };
 
-// Empty when UCX_TLS restricts UCX to transports with native one-sided
-// access; else why UCX would emulate RMA in software. UCX 1.13's emulation
-// aborts the target process (ucs_fatal in ucp_get_req_handler) when a reader
-// dies mid-read, so a publisher must not offer it unless the operator sets
-// WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA=1.
-std::string ucx_emulated_rma_risk();
+// WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA=1: the operator's override that lets
+// any peer read and write the publisher's whole memory (docs/transports.md,
+// "ucx", "Access"). Without it a publisher's context has no RMA feature (so
+// UCX installs no handler for its software-emulated get/put, which serve any
+// address: ucp_get_req_handler / ucp_put_handler in UCX 1.13's rma_sw.c) and
+// both sides refuse UCX resources whose one-sided access is not bounded to
+// registered memory (ucx_unbounded_resources()).
+bool ucx_insecure_override();
 
-// Whether UCX_TLS names one of UCX's shared-memory transports (posix, sysv,
-// sm, shm, mm). Those give a peer one-sided access only to memory UCX
-// allocated itself; registered memory falls back to emulated (slow) reads.
-bool ucx_tls_has_shared_memory();
+// Empty when every resource (transport/device and its memory domain) UCX
+// selected in `context` (ucp_context_print_info: UCX's own answer, after
+// UCX_TLS, UCX_NET_DEVICES, ...) bounds a peer's one-sided access to memory
+// that was registered or allocated for it; else why not, naming the resource.
+// Unbounded in UCX 1.13: tcp (its put handler writes any address the peer
+// names, uct_tcp_ep_handle_put_req; gets are emulated), cma
+// (process_vm_readv/writev anywhere in the target), xpmem (exports the whole
+// address space); a memory domain not known to be bounded counts as unbounded.
+std::string ucx_unbounded_resources(ucp_context_h context);
 
 // Whether UCX_TLS lists only same-host transports (shared memory, cma, knem,
 // xpmem, self), none of which detects peer failure in UCX 1.13.
@@ -47,8 +54,18 @@ bool ucx_tls_is_same_host_only();
 Result<ucp_mem_h> ucx_register(ucp_context_h context, void* address, std::size_t length,
                                const std::string& what);
 
-// A context with RMA (and wakeup when asked) and one single-threaded worker.
+// Who a UCX stack is for. kPublisher: no RMA feature unless the insecure
+// override is set (peers read the publisher's memory only where a transport
+// does it natively, never through UCX's emulation); with `loopback_only`
+// UCX's network transports are restricted to the loopback device
+// (UCX_NET_DEVICES=lo), so no UCX socket listens beyond the host.
+// kSubscriber: RMA. Both: without the override, a context whose resources
+// ucx_unbounded_resources() rejects is refused before any worker (and so any
+// listening socket) exists.
+enum class UcxRole { kPublisher, kSubscriber };
+
+// A context and one single-threaded worker (wakeup on the publisher).
 // UCX reads its own UCX_* environment (UCX_TLS selects its transports).
-Result<UcxEndpointStack> make_ucx_stack(const char* name, bool wakeup);
+Result<UcxEndpointStack> make_ucx_stack(const char* name, UcxRole role, bool loopback_only = false);
 
 }  // namespace weightsync::detail

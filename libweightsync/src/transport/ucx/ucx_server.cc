@@ -1,8 +1,11 @@
 // UCX transport, publisher side: every slot and the stamp page are mapped
-// with ucp_mem_map once, here (or allocated by UCX, when its shared-memory
-// transports are selected), and their rkeys packed into the offer. A progress
-// thread drives the worker (UCX's tcp transport and connection wireup need
-// the target to progress), sleeping on the worker's event fd.
+// with ucp_mem_map once, here (or allocated by UCX, with
+// WEIGHTSYNC_SLOT_ALLOCATOR=ucx), and their rkeys packed into the offer. A
+// progress thread drives the worker (connection wireup needs the target to
+// progress), sleeping on the worker's event fd. Without the insecure override
+// the worker has no RMA feature (UCX's emulated gets and puts, which reach
+// any address, are never served) and the offer exists only when UCX reaches
+// every region natively (verify_native()).
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -10,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -88,24 +92,26 @@ Result<std::unique_ptr<SlotMemory>> allocate_with_ucx(const UcxContext& context,
                   "UCX allocated slot memory that is not page-aligned (check UCX_MEM_ALLOC_METHODS); set "
                   "WEIGHTSYNC_SLOT_ALLOCATOR=memfd");
   }
-  auto memory = std::make_unique<UcxSlotMemory>(context, memh, attr.address, bytes, mapped, /*locked=*/false);
   // Zero-fill as the contract says; this also faults every page in now, not
   // during the first publish.
   std::memset(attr.address, 0, mapped);
-  if (lock) {
-    if (::mlock(attr.address, mapped) != 0) {
-      return Status(ErrorCode::kInvalidConfig,
-                    "cannot lock " + std::to_string(mapped) + " bytes in RAM (" + std::strerror(errno) +
-                        "); raise RLIMIT_MEMLOCK (ulimit -l) or set lock_memory = false");
-    }
-    memory = std::make_unique<UcxSlotMemory>(context, memh, attr.address, bytes, mapped, /*locked=*/true);
+  // One owner of memh, made once the lock state is known: a second owner
+  // (an unlocked one replaced by a locked one) would unmap memh when the
+  // first is destroyed and leave the second with freed memory.
+  const bool locked = lock && ::mlock(attr.address, mapped) == 0;
+  const int lock_error = lock && !locked ? errno : 0;
+  auto memory = std::make_unique<UcxSlotMemory>(context, memh, attr.address, bytes, mapped, locked);
+  if (lock && !locked) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "cannot lock " + std::to_string(mapped) + " bytes in RAM (" + std::strerror(lock_error) +
+                      "); raise RLIMIT_MEMLOCK (ulimit -l) or set lock_memory = false");
   }
   return std::unique_ptr<SlotMemory>(std::move(memory));
 }
 
 class UcxServer final : public UcxPublisherTransport {
  public:
-  explicit UcxServer(UcxEndpointStack stack) : stack_(std::move(stack)) {}
+  explicit UcxServer(UcxEndpointStack stack) : stack_(std::move(stack)), insecure_(ucx_insecure_override()) {}
 
   ~UcxServer() override {
     stopping_ = true;
@@ -117,8 +123,6 @@ class UcxServer final : public UcxPublisherTransport {
     }
   }
 
-  bool wants_own_memory() const override { return ucx_tls_has_shared_memory(); }
-
   SlotAllocator slot_allocator(bool lock_memory) override {
     UcxContext context = stack_.context;
     return SlotAllocator{"ucx", [context, lock_memory](std::size_t bytes, const char*) {
@@ -127,6 +131,17 @@ class UcxServer final : public UcxPublisherTransport {
   }
 
   Status start(const SlotRing& ring) override {
+    if (!insecure_ && !allocated_here(ring)) {
+      // UCX 1.13 registers memory for remote write as well as read
+      // (ucp_mem_map ignores UCP_MEM_MAP_PARAM_FIELD_PROT), and its
+      // shared-memory transports cannot serve registered memory natively.
+      return Status(ErrorCode::kInvalidConfig,
+                    "the slots are not UCX's own: UCX would serve them only through its software emulation "
+                    "(which reads and writes any address of this process) or registered for remote write; "
+                    "local subscribers use the shm transport (sealed, read-only). Only "
+                    "WEIGHTSYNC_SLOT_ALLOCATOR=ucx, which trusts every subscriber with write access to the "
+                    "slots, offers ucx");
+    }
     UcxOffer offer;
     for (std::uint32_t i = 0; i < ring.slot_count(); ++i) {
       auto region = expose(ring.slot_region(i));
@@ -150,12 +165,113 @@ class UcxServer final : public UcxPublisherTransport {
       return Status(ErrorCode::kInternal, std::string("pipe2: ") + std::strerror(errno));
     }
     progress_ = std::thread([this] { progress_loop(); });
+    if (!insecure_) {
+      if (Status native = verify_native(offer); !native.ok()) return native;
+    }
     return Status::ok_status();
   }
 
   const std::vector<std::uint8_t>& offer() const override { return offer_; }
 
  private:
+  bool allocated_here(const SlotRing& ring) const {
+    auto own = [this](const SlotMemory& memory) {
+      const auto* ucx = dynamic_cast<const UcxSlotMemory*>(&memory);
+      return ucx != nullptr && ucx->context() == stack_.context.get();
+    };
+    for (std::uint32_t i = 0; i < ring.slot_count(); ++i) {
+      if (!own(ring.slot_region(i))) return false;
+    }
+    return own(ring.stamp_region());
+  }
+
+  // Asks UCX, from a probe endpoint in this process, whether every region of
+  // the offer is reachable natively: UCX maps it (ucp_rkey_ptr), or an 8-byte
+  // get completes. This worker has no RMA feature, so a get UCX would
+  // emulate is never answered and the region is not offered.
+  Status verify_native(const UcxOffer& offer) {
+    auto probe = make_ucx_stack("weightsync-publisher-probe", UcxRole::kSubscriber);
+    if (!probe.ok()) return probe.status();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(offer.worker_address.data());
+    ucp_ep_h ep = nullptr;
+    ucs_status_t st = ucp_ep_create(probe->worker.get(), &params, &ep);
+    if (st != UCS_OK) return Status(ErrorCode::kInvalidConfig, ucx_error("probing UCX: ucp_ep_create", st));
+    std::vector<const UcxRegion*> regions;
+    for (const auto& r : offer.slots) regions.push_back(&r);
+    regions.push_back(&offer.stamps);
+    Status verdict;
+    for (std::size_t i = 0; i < regions.size() && verdict.ok(); ++i) {
+      const std::string what = i + 1 < regions.size() ? "slot " + std::to_string(i) : "the stamp page";
+      ucp_rkey_h rkey = nullptr;
+      st = ucp_ep_rkey_unpack(ep, regions[i]->rkey.data(), &rkey);
+      if (st != UCS_OK) {
+        verdict =
+            Status(ErrorCode::kInvalidConfig, ucx_error("probing UCX: unpacking the rkey of " + what, st));
+        break;
+      }
+      void* mapped = nullptr;
+      if (ucp_rkey_ptr(rkey, regions[i]->address, &mapped) != UCS_OK || mapped == nullptr) {
+        verdict = probe_get(probe->worker.get(), ep, rkey, regions[i]->address, what);
+      }
+      ucp_rkey_destroy(rkey);
+    }
+    ucp_request_param_t close{};
+    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &close);
+    if (UCS_PTR_IS_PTR(req)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
+        ucp_worker_progress(probe->worker.get());
+      }
+      ucp_request_free(req);
+    }
+    return verdict;
+  }
+
+  static void on_probe_done(void* request, ucs_status_t status, void* user_data) {
+    static_cast<std::atomic<int>*>(user_data)->store(static_cast<int>(status));
+    ucp_request_free(request);
+  }
+
+  // One 8-byte get at the start of a region, bounded to 2 s. A request still
+  // pending then is left to the probe worker's destruction, with its state
+  // kept in probe_states_ (it outlives the probe stack).
+  Status probe_get(ucp_worker_h worker, ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t address,
+                   const std::string& what) {
+    probe_states_.push_back(std::make_unique<ProbeState>());
+    ProbeState& state = *probe_states_.back();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = on_probe_done;
+    param.user_data = &state.status;
+    ucs_status_ptr_t req = ucp_get_nbx(ep, &state.word, sizeof(state.word), address, rkey, &param);
+    if (req == nullptr) return Status();
+    if (UCS_PTR_IS_ERR(req)) {
+      return Status(ErrorCode::kInvalidConfig,
+                    ucx_error("probing UCX: ucp_get_nbx of " + what, UCS_PTR_STATUS(req)));
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (state.status.load() == kProbePending && std::chrono::steady_clock::now() < until) {
+      if (ucp_worker_progress(worker) == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    const int status = state.status.load();
+    if (status == kProbePending) {
+      return Status(
+          ErrorCode::kInvalidConfig,
+          "UCX cannot read " + what +
+              " natively with these UCX transports (a get needs the "
+              "publisher's CPU, i.e. UCX's software emulation, which this publisher does not serve)");
+    }
+    if (status != UCS_OK) {
+      return Status(ErrorCode::kInvalidConfig,
+                    ucx_error("probing UCX: reading " + what, static_cast<ucs_status_t>(status)));
+    }
+    return Status();
+  }
+
   // The rkey of a block: its own mapping when this context allocated it,
   // else a new ucp_mem_map registration kept until destruction.
   Result<UcxRegion> expose(const SlotMemory& memory) {
@@ -207,7 +323,15 @@ class UcxServer final : public UcxPublisherTransport {
     }
   }
 
+  static constexpr int kProbePending = 1;  // not a ucs_status_t UCX reports
+  struct ProbeState {
+    std::atomic<int> status{kProbePending};
+    std::uint64_t word = 0;
+  };
+  // Declared first: outlives every probe worker (see probe_get()).
+  std::vector<std::unique_ptr<ProbeState>> probe_states_;
   UcxEndpointStack stack_;
+  const bool insecure_;
   std::vector<ucp_mem_h> memhs_;
   std::vector<std::uint8_t> offer_;
   int efd_ = -1;
@@ -218,12 +342,9 @@ class UcxServer final : public UcxPublisherTransport {
 
 }  // namespace
 
-Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher() {
-  if (const std::string risk = ucx_emulated_rma_risk(); !risk.empty()) {
-    return Status(ErrorCode::kInvalidConfig, risk);
-  }
+Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher(bool loopback_only) {
   try {
-    auto stack = make_ucx_stack("weightsync-publisher", /*wakeup=*/true);
+    auto stack = make_ucx_stack("weightsync-publisher", UcxRole::kPublisher, loopback_only);
     if (!stack.ok()) return stack.status();
     return std::unique_ptr<UcxPublisherTransport>(new UcxServer(std::move(*stack)));
   } catch (const std::exception& e) {
@@ -233,11 +354,7 @@ Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher() {
 
 TransportInfo probe_ucx() {
   TransportInfo info{"ucx", "UCX one-sided reads (ucp_get); UCX_TLS picks UCX's transports", false, ""};
-  if (const std::string risk = ucx_emulated_rma_risk(); !risk.empty()) {
-    info.reason = risk;
-    return info;
-  }
-  auto stack = make_ucx_stack("weightsync-probe", false);
+  auto stack = make_ucx_stack("weightsync-probe", UcxRole::kSubscriber);
   if (!stack.ok()) {
     info.reason = stack.status().message();
     return info;

@@ -15,24 +15,27 @@
 namespace weightsync::detail {
 
 // Publisher side, in two steps because UCX may have to allocate the slots:
-// create_ucx_publisher() makes the UCX context and worker; the publisher
-// builds its SlotRing (with slot_allocator() when UCX should own the memory);
-// start() then maps every slot and the stamp page once, packs their rkeys into
-// the offer and starts the worker's progress thread. Publisher thread only.
+// create_ucx_publisher() makes the UCX context and worker (refused when UCX's
+// resources give unbounded one-sided access, unless the insecure override is
+// set; see ucx_handles.h); the publisher builds its SlotRing (with
+// slot_allocator() only when WEIGHTSYNC_SLOT_ALLOCATOR=ucx asks: UCX's
+// shared-memory transports map that memory read-write into every
+// subscriber); start() then maps every slot and the stamp page once, packs
+// their rkeys into the offer, starts the worker's progress thread, and
+// (without the override) fails unless the slots are UCX's own and UCX reaches
+// every region natively. Publisher thread only.
 class UcxPublisherTransport {
  public:
   virtual ~UcxPublisherTransport() = default;
-  // True when UCX_TLS selects a UCX shared-memory transport: those give peers
-  // one-sided access only to memory UCX allocated, so the slots should come
-  // from slot_allocator() (else reads are emulated and slow).
-  virtual bool wants_own_memory() const = 0;
   // ucp_mem_map(UCP_MEM_MAP_ALLOCATE) blocks; each keeps the context alive.
   virtual SlotAllocator slot_allocator(bool lock_memory) = 0;
   virtual Status start(const SlotRing& ring) = 0;
   virtual const std::vector<std::uint8_t>& offer() const = 0;
 };
 
-Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher();
+// `loopback_only`: the publisher listens on loopback; UCX's network
+// transports are then restricted to the loopback device.
+Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher(bool loopback_only);
 
 // Subscriber side: connects to the publisher's worker and reads slots with
 // ucp_get_nbx straight into the destination.

@@ -7,7 +7,7 @@ const char* kNotBuilt =
     "this library was built without UCX (install libucx-dev and configure with WEIGHTSYNC_WITH_UCX=ON)";
 }
 
-Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher() {
+Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher(bool) {
   return Status(ErrorCode::kInvalidConfig, kNotBuilt);
 }
 

@@ -1,0 +1,43 @@
+// The control plane of one subscriber session, one request at a time
+// (docs/protocol.md, "Control"): layout, slot table, versions, leases and
+// transport connections. Every field from the wire is validated here.
+//
+// A QUERY_VERSION that must wait for a newer version does not block: the
+// outcome says "park", the event loop (publisher/server.h) keeps the
+// connection until a version lands or the wait ends, then calls
+// answer_version_query().
+//
+// Threads: any thread; one request at a time per session.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "net/socket.h"
+#include "publisher/served_state.h"
+#include "wire/frame.h"
+
+namespace weightsync::detail {
+
+struct ControlContext {
+  const Socket* socket = nullptr;
+  const ServedState* state = nullptr;
+  std::uint64_t session = 0;
+  int io_timeout_ms = 10000;
+};
+
+struct ControlOutcome {
+  // Not OK: close the connection (the peer was sent ERROR where it can use one).
+  Status status;
+  bool bye = false;   // the peer said BYE: close quietly
+  bool park = false;  // QUERY_VERSION waits for a version newer than `newer_than`
+  std::uint64_t newer_than = 0;
+  std::chrono::milliseconds wait{0};
+};
+
+ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& frame);
+// Replies VERSION to a parked QUERY_VERSION (or, if the publisher stopped
+// with nothing newer, ERROR(kConnectionLost)).
+Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than);
+
+}  // namespace weightsync::detail
