@@ -27,7 +27,9 @@
 #include "subscriber/control_client.h"
 #include "wire/messages.h"
 
-#if __has_include(<ucp/api/ucp.h>)
+// WS_TEST_HAVE_UCX: the library was built with UCX (and links it), not just
+// "the headers are installed".
+#if defined(WS_TEST_HAVE_UCX)
 #include <ucp/api/ucp.h>
 
 #include "transport/ucx/ucx_offer.h"
@@ -52,7 +54,7 @@ std::string self_exe() {
 // Why UCX cannot be tested here at all, or empty.
 std::string ucx_unavailable_reason() {
 #ifndef WS_TEST_HAVE_UCX_HEADERS
-  return "the UCX headers were not found when this test was built";
+  return "this build has no UCX (WEIGHTSYNC_WITH_UCX=OFF or libucx-dev missing)";
 #else
   for (const auto& t : available_transports()) {
     if (t.name == "ucx" && t.reason.find("built without") != std::string::npos) return t.reason;
