@@ -317,9 +317,23 @@ struct CopyGate {
   std::chrono::milliseconds self_release{30000};
 };
 
+// The gates and pin flags outlive every thread that may touch them: the
+// queue's commit thread is detached on purpose, and nothing can be freed
+// while it might still run (no reference counts shared with it either).
+CopyGate* new_gate() {
+  static std::vector<std::unique_ptr<CopyGate>> kept;
+  kept.push_back(std::make_unique<CopyGate>());
+  return kept.back().get();
+}
+std::atomic<bool>* new_flag() {
+  static std::vector<std::unique_ptr<std::atomic<bool>>> kept;
+  kept.push_back(std::make_unique<std::atomic<bool>>(false));
+  return kept.back().get();
+}
+
 class GatedCopier final : public AsyncCopier {
  public:
-  explicit GatedCopier(std::shared_ptr<CopyGate> gate) : gate_(std::move(gate)) {}
+  explicit GatedCopier(CopyGate* gate) : gate_(gate) {}
   ~GatedCopier() override { gate_->copier_destroyed = true; }
   Status enqueue(void*, const std::vector<DeviceCopy>&) override { return Status(); }
   Status wait() override {
@@ -330,13 +344,13 @@ class GatedCopier final : public AsyncCopier {
   Status order_after(void*) override { return wait(); }
 
  private:
-  std::shared_ptr<CopyGate> gate_;
+  CopyGate* gate_;
 };
 
 struct PinFlag : HostPin {
-  explicit PinFlag(std::shared_ptr<std::atomic<bool>> released) : released_(std::move(released)) {}
+  explicit PinFlag(std::atomic<bool>* released) : released_(released) {}
   ~PinFlag() override { *released_ = true; }
-  std::shared_ptr<std::atomic<bool>> released_;
+  std::atomic<bool>* released_;
 };
 
 // Polls `flag` for at most `limit`.
@@ -353,17 +367,19 @@ bool becomes_true(const std::atomic<bool>& flag, std::chrono::milliseconds limit
 
 TEST_CASE("hardening: destroying the device-publish queue during a stuck copy is bounded and frees nothing",
           "[hardening]") {
-  auto gate = std::make_shared<CopyGate>();
-  std::atomic<int> commits{0};
-  std::atomic<int> abandons{0};
-  auto pin_released = std::make_shared<std::atomic<bool>>(false);
+  CopyGate* gate = new_gate();
+  static std::atomic<int> commits{0};  // touched by the detached commit thread only if the test fails
+  static std::atomic<int> abandons{0};
+  commits = 0;
+  abandons = 0;
+  std::atomic<bool>* pin_released = new_flag();
   auto queue = DevicePublishQueue::create(
       std::unique_ptr<AsyncCopier>(new GatedCopier(gate)),
-      [&](const DeviceCopyJob&) -> Result<PublishResult> {
+      [](const DeviceCopyJob&) -> Result<PublishResult> {
         ++commits;
         return PublishResult{};
       },
-      [&](const DeviceCopyJob&) { ++abandons; }, std::chrono::milliseconds(300));
+      [](const DeviceCopyJob&) { ++abandons; }, std::chrono::milliseconds(300));
   REQUIRE(queue.ok());
   std::vector<std::unique_ptr<HostPin>> pins;
   pins.emplace_back(new PinFlag(pin_released));
@@ -391,7 +407,7 @@ TEST_CASE("hardening: destroying the device-publish queue during a stuck copy is
 
 TEST_CASE("hardening: destroying a publisher whose device copy never completes returns within the bound",
           "[hardening]") {
-  auto gate = std::make_shared<CopyGate>();
+  CopyGate* gate = new_gate();
   DeviceBackend backend = host_staging_backend();
   backend.make_copier = [gate]() -> Result<std::unique_ptr<AsyncCopier>> {
     return std::unique_ptr<AsyncCopier>(new GatedCopier(gate));
