@@ -21,6 +21,7 @@
 #include "auth/handshake.h"
 #include "net/socket.h"
 #include "peers.h"
+#include "raw_peer.h"
 #include "wire/frame_io.h"
 
 using namespace weightsync;
@@ -36,18 +37,6 @@ constexpr double kSlowdown = 5.0;  // sanitizer builds run several times slower
 #else
 constexpr double kSlowdown = 1.0;
 #endif
-
-Socket raw_connect(const std::string& address) {
-  auto target = parse_host_port(address);
-  REQUIRE(target.ok());
-  auto s = connect_tcp(*target, Deadline::after(std::chrono::seconds(5)));
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
-
-void send_bytes(const Socket& s, const std::vector<std::uint8_t>& bytes) {
-  (void)send_all(s, bytes.data(), bytes.size(), Deadline::after(std::chrono::seconds(2)), "publisher");
-}
 
 std::vector<std::uint8_t> framed(MsgType type, const std::vector<std::uint8_t>& payload) {
   std::vector<std::uint8_t> out(kFrameHeaderBytes);

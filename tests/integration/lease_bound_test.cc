@@ -11,6 +11,7 @@
 #include "auth/handshake.h"
 #include "net/socket.h"
 #include "peers.h"
+#include "raw_peer.h"
 #include "wire/frame_io.h"
 #include "wire/messages.h"
 
@@ -22,14 +23,6 @@ namespace {
 
 const std::string kSecret = "lease-bound-test-secret";
 using Clock = std::chrono::steady_clock;
-
-Socket raw_connect(const std::string& address) {
-  auto target = parse_host_port(address);
-  REQUIRE(target.ok());
-  auto s = connect_tcp(*target, Deadline::after(std::chrono::seconds(2)));
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
 
 // Publishes `version` with its test pattern, retrying while the publisher
 // answers kBusy, for at most `limit`. Returns how long it was refused (from the

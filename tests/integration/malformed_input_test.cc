@@ -8,6 +8,7 @@
 #include "auth/handshake.h"
 #include "net/socket.h"
 #include "peers.h"
+#include "raw_peer.h"
 #include "wire/frame_io.h"
 
 using namespace weightsync;
@@ -18,14 +19,6 @@ namespace {
 
 constexpr int kIoTimeoutMs = 500;
 const std::string kSecret = "malformed-test-secret";
-
-Socket raw_connect(const std::string& address) {
-  auto target = parse_host_port(address);
-  REQUIRE(target.ok());
-  auto s = connect_tcp(*target, Deadline::after(std::chrono::seconds(2)));
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
 
 // Reads until the publisher closes the connection; fails if it stays open
 // longer than `limit`. Returns the frame types seen before the close.
@@ -41,10 +34,6 @@ std::vector<MsgType> expect_closed(const Socket& s, std::chrono::milliseconds li
     }
     seen.push_back(frame->type);
   }
-}
-
-void send_bytes(const Socket& s, const std::vector<std::uint8_t>& bytes) {
-  (void)send_all(s, bytes.data(), bytes.size(), Deadline::after(std::chrono::seconds(2)), "publisher");
 }
 
 }  // namespace
