@@ -169,9 +169,10 @@ class Flood {
 
 }  // namespace
 
-TEST_CASE("hostile peers: a flood of 1000 connections that never authenticate does not lock out a good "
-          "subscriber",
-          "[hostile]") {
+TEST_CASE(
+    "hostile peers: a flood of 1000 connections that never authenticate does not lock out a good "
+    "subscriber",
+    "[hostile]") {
   const int flood = 1000;
   const rlim_t limit = raise_fd_limit(4 * flood + 256);
   REQUIRE(limit >= static_cast<rlim_t>(2 * flood + 128));
@@ -258,9 +259,10 @@ TEST_CASE("hostile peers: open connections cost file descriptors, not threads", 
   CHECK(after <= before + 2);
 }
 
-TEST_CASE("hostile peers: a connection turned away for capacity is told kBusy, and a subscriber retries "
-          "until a place frees up",
-          "[hostile]") {
+TEST_CASE(
+    "hostile peers: a connection turned away for capacity is told kBusy, and a subscriber retries "
+    "until a place frees up",
+    "[hostile]") {
   const auto layout = bytes_layout(1 << 16, 1);
   PublisherOptions options;
   options.max_connections = 2;  // one tcp subscriber: control + data
@@ -296,9 +298,10 @@ TEST_CASE("hostile peers: a connection turned away for capacity is told kBusy, a
   CHECK(image_mismatch(layout, image->data(), 1) == -1);
 }
 
-TEST_CASE("hostile peers: a connection that does not authenticate is closed after the handshake timeout, "
-          "not the I/O timeout",
-          "[hostile]") {
+TEST_CASE(
+    "hostile peers: a connection that does not authenticate is closed after the handshake timeout, "
+    "not the I/O timeout",
+    "[hostile]") {
   const auto layout = bytes_layout(4096, 1);
   PublisherOptions options;
   options.handshake_timeout_ms = 300;
@@ -316,9 +319,10 @@ TEST_CASE("hostile peers: a connection that does not authenticate is closed afte
   CHECK(publisher->stats().handshakes_timed_out >= 3);
 }
 
-TEST_CASE("hostile peers: an idle authenticated session is closed after idle_timeout_ms and its leases are "
-          "released",
-          "[hostile]") {
+TEST_CASE(
+    "hostile peers: an idle authenticated session is closed after idle_timeout_ms and its leases are "
+    "released",
+    "[hostile]") {
   const auto layout = bytes_layout(4096, 1);
   PublisherOptions options;
   options.idle_timeout_ms = 300;

@@ -61,8 +61,8 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
 
   AuthMsg auth;
   if (challenge->auth_required) {
-    auto client_mac = hmac_sha256(
-        secret, handshake_transcript("client", role, session_id, hello.client_nonce, challenge->server_nonce));
+    auto client_mac = hmac_sha256(secret, handshake_transcript("client", role, session_id, hello.client_nonce,
+                                                               challenge->server_nonce));
     if (!client_mac.ok()) return client_mac.status();
     auth.client_mac = *client_mac;
   }
@@ -74,8 +74,8 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
   auto welcome = WelcomeMsg::decode(welcome_frame->payload);
   if (!welcome.ok()) return welcome.status();
   if (challenge->auth_required) {
-    auto expected = hmac_sha256(
-        secret, handshake_transcript("server", role, welcome->session_id, hello.client_nonce, challenge->server_nonce));
+    auto expected = hmac_sha256(secret, handshake_transcript("server", role, welcome->session_id,
+                                                             hello.client_nonce, challenge->server_nonce));
     if (!expected.ok()) return expected.status();
     if (!constant_time_equal(*expected, welcome->server_mac)) {
       return Status(ErrorCode::kAuthFailed, "the publisher could not prove it knows the secret; refusing it");

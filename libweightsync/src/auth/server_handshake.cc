@@ -50,8 +50,8 @@ Result<std::vector<std::uint8_t>> HandshakeResponder::welcome(std::uint64_t sess
   welcome.session_id = session_id;
   if (challenge_.auth_required) {
     // The server's proof covers the session id it hands out, so it cannot be swapped in transit.
-    auto mac = hmac_sha256(secret_, handshake_transcript("server", hello_.role, session_id, hello_.client_nonce,
-                                                         challenge_.server_nonce));
+    auto mac = hmac_sha256(secret_, handshake_transcript("server", hello_.role, session_id,
+                                                         hello_.client_nonce, challenge_.server_nonce));
     if (!mac.ok()) return mac.status();
     welcome.server_mac = *mac;
   }
@@ -59,4 +59,3 @@ Result<std::vector<std::uint8_t>> HandshakeResponder::welcome(std::uint64_t sess
 }
 
 }  // namespace weightsync::detail
-

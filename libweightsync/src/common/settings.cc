@@ -54,9 +54,10 @@ std::vector<SettingReport> describe_settings(const PublisherOptions& p, const Su
                          detail::resolve_millis(p.io_timeout_ms ? p.io_timeout_ms : s.io_timeout_ms,
                                                 "WEIGHTSYNC_TIMEOUT_MS", 10000),
                          10000, millis));
-    out.push_back(report("handshake_timeout_ms", "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS",
-                         detail::resolve_millis(p.handshake_timeout_ms, "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS", 2000),
-                         2000, millis));
+    out.push_back(
+        report("handshake_timeout_ms", "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS",
+               detail::resolve_millis(p.handshake_timeout_ms, "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS", 2000), 2000,
+               millis));
     out.push_back(report("idle_timeout_ms", "WEIGHTSYNC_IDLE_TIMEOUT_MS",
                          detail::resolve_millis(p.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0,
                                                 /*zero_allowed=*/true),

@@ -31,7 +31,8 @@ class HandshakeBudget {
   using Clock = std::chrono::steady_clock;
 
   HandshakeBudget(std::size_t max_total, std::size_t max_per_address)
-      : max_total_(max_total == 0 ? 1 : max_total), max_per_address_(max_per_address == 0 ? 1 : max_per_address) {}
+      : max_total_(max_total == 0 ? 1 : max_total),
+        max_per_address_(max_per_address == 0 ? 1 : max_per_address) {}
 
   // Admits `id`; returns the id of the connection to evict, if one must go.
   std::optional<std::uint64_t> admit(std::uint64_t id, const std::string& address, Clock::time_point now);

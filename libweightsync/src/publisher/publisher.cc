@@ -175,9 +175,12 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto allocator = detail::resolve_string(options.slot_allocator, "WEIGHTSYNC_SLOT_ALLOCATOR", "auto");
   auto handshake_timeout =
       detail::resolve_millis(options.handshake_timeout_ms, "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS", 2000);
-  auto idle_timeout = detail::resolve_millis(options.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0, /*zero_allowed=*/true);
-  for (const Status* s : {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(),
-                          &allocator.status(), &handshake_timeout.status(), &idle_timeout.status()}) {
+  auto idle_timeout =
+      detail::resolve_millis(options.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0, /*zero_allowed=*/true);
+  auto lease_timeout = detail::resolve_millis(options.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000);
+  for (const Status* s :
+       {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status(),
+        &handshake_timeout.status(), &idle_timeout.status(), &lease_timeout.status()}) {
     if (!s->ok()) return *s;
   }
   if (allocator->value != "auto" && allocator->value != "memfd" && allocator->value != "ucx") {
@@ -185,7 +188,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
                                                  detail::to_string(allocator->source) +
                                                  ") is not one of auto, memfd, ucx");
   }
-  if (options.max_connections == 0 || options.max_handshakes == 0 || options.max_handshakes_per_address == 0) {
+  if (options.max_connections == 0 || options.max_handshakes == 0 ||
+      options.max_handshakes_per_address == 0) {
     return Status(ErrorCode::kInvalidConfig,
                   "max_connections, max_handshakes and max_handshakes_per_address must each be at least 1");
   }
@@ -241,9 +245,6 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
         "slots and stamps (UCX maps them read-write), so any one of them can change what the others pull",
         detail::to_string(allocator->source));
   }
-  auto lease_timeout =
-      detail::resolve_millis(options.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000);
-  if (!lease_timeout.ok()) return lease_timeout.status();
   const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
   auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
                                        std::chrono::milliseconds(lease_timeout->value),

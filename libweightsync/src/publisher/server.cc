@@ -39,9 +39,9 @@ constexpr int kSweepMillis = 50;
 constexpr std::uint32_t kPreAuthLogsPerSecond = 10;
 
 std::uint64_t now_millis() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
 }
 
 // The per-address key of the handshake budget: empty (no per-address cap)
@@ -87,7 +87,8 @@ struct PublisherServer::Completion {
   std::chrono::milliseconds wait{0};
 };
 
-PublisherServer::PublisherServer(Socket listener, Socket local_listener, ServerConfig config, ServedState state)
+PublisherServer::PublisherServer(Socket listener, Socket local_listener, ServerConfig config,
+                                 ServedState state)
     : listener_(std::move(listener)),
       local_listener_(std::move(local_listener)),
       config_(std::move(config)),
@@ -371,9 +372,9 @@ void PublisherServer::on_handshake_frame(Connection* conn, const Frame& frame) {
         WS_INFO("publisher: handshake with {} failed: {}", conn->peer, authenticated.to_string());
       }
     }
-    refuse(conn, authenticated.code(), authenticated.code() == ErrorCode::kInternal
-                                           ? "the publisher cannot authenticate (see its log)"
-                                           : authenticated.message());
+    refuse(conn, authenticated.code(),
+           authenticated.code() == ErrorCode::kInternal ? "the publisher cannot authenticate (see its log)"
+                                                        : authenticated.message());
     return;
   }
   on_authenticated(conn);
@@ -389,7 +390,8 @@ Status PublisherServer::peer_allowed(const Connection& conn) const {
   }
   if (!same_uid_as_me(*uid)) {
     return Status(ErrorCode::kAuthFailed,
-                  "the publisher has no secret and serves only its own user, not uid " + std::to_string(*uid) +
+                  "the publisher has no secret and serves only its own user, not uid " +
+                      std::to_string(*uid) +
                       "; set the same WEIGHTSYNC_SECRET on both sides to connect as another user");
   }
   return Status();
@@ -466,7 +468,8 @@ void PublisherServer::on_authenticated(Connection* conn) {
 
 void PublisherServer::dispatch(Connection* conn, Frame frame) {
   conn->busy = true;
-  Status posted = workers_.post([this, conn, f = std::move(frame)]() mutable { serve_request(conn, std::move(f)); });
+  Status posted =
+      workers_.post([this, conn, f = std::move(frame)]() mutable { serve_request(conn, std::move(f)); });
   if (!posted.ok()) {
     conn->busy = false;
     close_connection(conn);
@@ -558,7 +561,8 @@ void PublisherServer::sweep_deadlines() {
       if (now >= conn->handshake_until) expired.emplace_back(conn.get(), 0);
     } else if (conn->has_partial && now - conn->partial_since >= io_timeout) {
       expired.emplace_back(conn.get(), 1);
-    } else if (!conn->has_partial && config_.idle_timeout_ms > 0 && now - conn->last_activity >= idle_timeout) {
+    } else if (!conn->has_partial && config_.idle_timeout_ms > 0 &&
+               now - conn->last_activity >= idle_timeout) {
       expired.emplace_back(conn.get(), 2);
     }
   }

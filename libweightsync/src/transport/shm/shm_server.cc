@@ -25,7 +25,8 @@ Status serve_cuda_ipc(const Socket& socket, const SlotRing& ring, Deadline io) {
     msg.handles.push_back(*handle);
   }
   auto stamp_fd = ring.stamp_region().open_read_only();
-  if (!stamp_fd.ok()) return reply_error(socket, ErrorCode::kInternal, stamp_fd.status().message(), io, kPeer);
+  if (!stamp_fd.ok())
+    return reply_error(socket, ErrorCode::kInternal, stamp_fd.status().message(), io, kPeer);
   Status s = write_frame(socket, MsgType::kCudaIpcRegions, msg.encode(), io, kPeer);
   if (s.ok()) s = send_fds(socket, {*stamp_fd}, io, kPeer);
   ::close(*stamp_fd);

@@ -47,8 +47,8 @@ Status serve_tcp_read(const Socket& socket, SlotRing& ring, std::uint64_t sessio
   if (ring.slot_memory_kind() != MemoryKind::kHost) {
     // Not offered with CUDA slots; a peer that asks anyway is refused.
     return reply_error(socket, ErrorCode::kInvalidConfig,
-                       "this publisher's slots are CUDA memory: only the cuda_ipc transport serves them", io(),
-                       kPeer);
+                       "this publisher's slots are CUDA memory: only the cuda_ipc transport serves them",
+                       io(), kPeer);
   }
   auto read = ReadMsg::decode(request);
   if (!read.ok()) return reply_error(socket, ErrorCode::kProtocolError, read.status().message(), io(), kPeer);
@@ -60,7 +60,8 @@ Status serve_tcp_read(const Socket& socket, SlotRing& ring, std::uint64_t sessio
   if (!lease.ok()) {
     if (lease.status().code() == ErrorCode::kVersionRevoked) {
       return write_frame(socket, MsgType::kError,
-                         ErrorMsg{ErrorCode::kVersionRevoked, lease.status().message()}.encode(), io(), kPeer);
+                         ErrorMsg{ErrorCode::kVersionRevoked, lease.status().message()}.encode(), io(),
+                         kPeer);
     }
     return reply_error(socket, ErrorCode::kInvalidArgument, "READ names a lease this session does not hold",
                        io(), kPeer);
