@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -476,4 +478,38 @@ TEST_CASE("hostile peers: names from unauthenticated peers are escaped and their
   CHECK(refused == 300);
   CHECK(forged_lines == 0);
   CHECK(lines <= static_cast<int>(12 * (seconds + 1)) + 2);
+}
+
+TEST_CASE("hostile peers: the publisher's connections carry keepalive and TCP_USER_TIMEOUT, so a vanished "
+          "host is found",
+          "[hostile]") {
+  const auto layout = bytes_layout(4096, 1);
+  PublisherOptions options;
+  options.io_timeout_ms = 7000;
+  auto publisher = make_publisher(layout, options);
+  Socket client = raw_connect(publisher->address());
+  sockaddr_in mine{};
+  socklen_t len = sizeof(mine);
+  REQUIRE(::getsockname(client.fd(), reinterpret_cast<sockaddr*>(&mine), &len) == 0);
+  // The publisher runs in this process: find its end of this connection.
+  int server_fd = -1;
+  for (int attempt = 0; attempt < 200 && server_fd < 0; ++attempt) {
+    for (int fd = 3; fd < 65536 && server_fd < 0; ++fd) {
+      sockaddr_in peer{};
+      socklen_t plen = sizeof(peer);
+      if (fd == client.fd() || ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) continue;
+      if (peer.sin_family == AF_INET && peer.sin_port == mine.sin_port) server_fd = fd;
+    }
+    if (server_fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(server_fd >= 0);
+  int keepalive = 0, idle_s = 0;
+  unsigned int user_timeout = 0;
+  socklen_t ilen = sizeof(int), ulen = sizeof(user_timeout);
+  REQUIRE(::getsockopt(server_fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &ilen) == 0);
+  REQUIRE(::getsockopt(server_fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, &ilen) == 0);
+  REQUIRE(::getsockopt(server_fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, &ulen) == 0);
+  CHECK(keepalive == 1);
+  CHECK(idle_s == 30);           // probes after 30 s of silence, not the kernel's 2 hours
+  CHECK(user_timeout == 7000u);  // unacknowledged data or probes for the I/O timeout reset it
 }
