@@ -354,16 +354,12 @@ TEST_CASE("hostile peers: a READ may ask for at most one slot's worth of bytes",
   Socket control = raw_connect(publisher->address());
   auto session = client_handshake(control, kSecret, Role::kControl, 0, "greedy", deadline);
   REQUIRE(session.ok());
-  REQUIRE(write_frame(control, MsgType::kAcquire, AcquireMsg{0}.encode(), deadline, "p").ok());
-  auto lease_frame = read_expected(control, MsgType::kLease, kMaxReplyPayload, deadline, "p");
-  REQUIRE(lease_frame.ok());
-  auto lease = LeaseMsg::decode(lease_frame->payload);
-  REQUIRE(lease.ok());
+  const LeaseMsg lease = raw_acquire(control, deadline);
 
   Socket data = raw_connect(publisher->address());
   REQUIRE(client_handshake(data, kSecret, Role::kData, *session, "greedy-data", deadline).ok());
   ReadMsg read;
-  read.lease_id = lease->lease_id;
+  read.lease_id = lease.lease_id;
   read.ranges.assign(1000, ByteRange{0, slot_bytes});  // a 16 KiB request for ~1 GB
   REQUIRE(write_frame(data, MsgType::kRead, read.encode(), deadline, "p").ok());
   auto seen = wait_closed(data, std::chrono::milliseconds(5000));
@@ -419,8 +415,8 @@ TEST_CASE("hostile peers: when the event loop dies, stats() says so and new subs
   // The loop's epoll descriptor is the new one that watches the listening
   // socket (/proc/self/fdinfo lists each watched descriptor as "tfd: N"); UCX
   // may have epoll descriptors of its own, which are left alone.
-  const auto port = static_cast<std::uint16_t>(std::stoi(publisher->address().substr(
-      publisher->address().rfind(':') + 1)));
+  const auto port =
+      static_cast<std::uint16_t>(std::stoi(publisher->address().substr(publisher->address().rfind(':') + 1)));
   int listener = -1;
   for (int fd = 3; fd < 65536 && listener < 0; ++fd) {
     sockaddr_in local{}, peer{};
@@ -501,9 +497,10 @@ TEST_CASE("hostile peers: names from unauthenticated peers are escaped and their
   CHECK(lines <= static_cast<int>(12 * (seconds + 1)) + 2);
 }
 
-TEST_CASE("hostile peers: the publisher's connections carry keepalive and TCP_USER_TIMEOUT, so a vanished "
-          "host is found",
-          "[hostile]") {
+TEST_CASE(
+    "hostile peers: the publisher's connections carry keepalive and TCP_USER_TIMEOUT, so a vanished "
+    "host is found",
+    "[hostile]") {
   const auto layout = bytes_layout(4096, 1);
   PublisherOptions options;
   options.io_timeout_ms = 7000;

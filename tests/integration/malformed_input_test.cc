@@ -113,11 +113,7 @@ TEST_CASE(
     auto control = raw_connect(address);
     auto session = client_handshake(control, kSecret, Role::kControl, 0, "evil", deadline);
     REQUIRE(session.ok());
-    REQUIRE(write_frame(control, MsgType::kAcquire, AcquireMsg{0}.encode(), deadline, "p").ok());
-    auto lease_frame = read_expected(control, MsgType::kLease, kMaxReplyPayload, deadline, "p");
-    REQUIRE(lease_frame.ok());
-    auto lease = LeaseMsg::decode(lease_frame->payload);
-    REQUIRE(lease.ok());
+    const LeaseMsg lease = raw_acquire(control, deadline);
     const std::uint64_t slot_bytes = layout.total_bytes();
     const std::vector<std::pair<std::uint64_t, std::uint64_t>> bad_ranges = {
         {slot_bytes - 10, 100}, {slot_bytes, 1}, {~0ull - 5, 10}, {0, ~0ull}};
@@ -126,7 +122,7 @@ TEST_CASE(
       auto data = raw_connect(address);
       REQUIRE(client_handshake(data, kSecret, Role::kData, *session, "evil-data", deadline).ok());
       ReadMsg read;
-      read.lease_id = lease->lease_id;
+      read.lease_id = lease.lease_id;
       read.ranges = {{offset, length}};
       REQUIRE(write_frame(data, MsgType::kRead, read.encode(), deadline, "p").ok());
       auto seen = expect_closed(data, std::chrono::milliseconds(3 * kIoTimeoutMs));
@@ -135,7 +131,7 @@ TEST_CASE(
     auto data = raw_connect(address);
     REQUIRE(client_handshake(data, kSecret, Role::kData, *session, "evil-data", deadline).ok());
     ReadMsg unknown;
-    unknown.lease_id = lease->lease_id ^ 1;
+    unknown.lease_id = lease.lease_id ^ 1;
     unknown.ranges = {{0, 16}};
     REQUIRE(write_frame(data, MsgType::kRead, unknown.encode(), deadline, "p").ok());
     CHECK(expect_closed(data, std::chrono::milliseconds(3 * kIoTimeoutMs)) ==

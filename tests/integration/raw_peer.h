@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "net/socket.h"
+#include "wire/frame_io.h"
+#include "wire/messages.h"
 
 namespace wstest {
 
@@ -27,6 +29,19 @@ inline weightsync::detail::Socket raw_connect(const std::string& address) {
 inline void send_bytes(const weightsync::detail::Socket& s, const std::vector<std::uint8_t>& bytes) {
   using namespace weightsync::detail;
   (void)send_all(s, bytes.data(), bytes.size(), Deadline::after(std::chrono::seconds(2)), "publisher");
+}
+
+// ACQUIRE on an authenticated control connection: the lease of the newest
+// version; fails the test if the publisher grants none.
+inline weightsync::detail::LeaseMsg raw_acquire(const weightsync::detail::Socket& control,
+                                                weightsync::detail::Deadline deadline) {
+  using namespace weightsync::detail;
+  REQUIRE(write_frame(control, MsgType::kAcquire, AcquireMsg{0}.encode(), deadline, "p").ok());
+  auto lease_frame = read_expected(control, MsgType::kLease, kMaxReplyPayload, deadline, "p");
+  REQUIRE(lease_frame.ok());
+  auto lease = LeaseMsg::decode(lease_frame->payload);
+  REQUIRE(lease.ok());
+  return *lease;
 }
 
 }  // namespace wstest
