@@ -524,9 +524,15 @@ TEST_CASE(
   int keepalive = 0, idle_s = 0;
   unsigned int user_timeout = 0;
   socklen_t ilen = sizeof(int), ulen = sizeof(user_timeout);
+  // The event loop sets the options just after accept(), TCP_USER_TIMEOUT last; the descriptor
+  // is visible here before that, so wait (bounded) for the loop to get to it.
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    REQUIRE(::getsockopt(server_fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, &ulen) == 0);
+    if (user_timeout != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   REQUIRE(::getsockopt(server_fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &ilen) == 0);
   REQUIRE(::getsockopt(server_fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, &ilen) == 0);
-  REQUIRE(::getsockopt(server_fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, &ulen) == 0);
   CHECK(keepalive == 1);
   CHECK(idle_s == 30);           // probes after 30 s of silence, not the kernel's 2 hours
   CHECK(user_timeout == 7000u);  // unacknowledged data or probes for the I/O timeout reset it
