@@ -7,19 +7,26 @@
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--resume]
-#          [-- more trainer options]
+#          [--hosts [--host-rate RATE]] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
-# Across hosts run the same two executables yourself: see docs/rl_loop.md.
+# --hosts: the same run across hosts of a test bed on this machine
+# (scripts/testbed.sh, root only; docs/testbed.md): the trainer in host 0 bound
+# to its address, generator K in host K+1, all on the per-run secret; weights
+# then go over tcp between network namespaces, never shm. --host-rate caps
+# every host's link in both directions (e.g. 1gbit). The bed is removed when
+# the run ends, however it ends.
+# Across real hosts run the same two executables yourself: see docs/rl_loop.md.
 # Unless WEIGHTSYNC_SECRET is set, every process of the run gets a random
 # per-run secret, also written to DIR/secret (mode 0600) so you can attach
 # another process: WEIGHTSYNC_SECRET="$(cat DIR/secret)" build/bin/generator ...
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
+all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu
+device=cpu hosts="" host_rate=""
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,6 +41,8 @@ while [ $# -gt 0 ]; do
     --batch-groups) batch_groups="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
+    --hosts) hosts=1; shift ;;
+    --host-rate) host_rate="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "rl-run: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -43,27 +52,65 @@ done
 for tool in trainer generator; do
   [ -x "$build/bin/$tool" ] || { echo "rl-run: $build/bin/$tool is missing; run scripts/build.sh --target trainer generator" >&2; exit 2; }
 done
+[ -z "$host_rate" ] || [ -n "$hosts" ] || { echo "rl-run: --host-rate needs --hosts" >&2; exit 2; }
+# on_host I CMD...: CMD in host I of the bed (--hosts), else here.
+on_host=()
+trainer_bind=()
+if [ -n "$hosts" ]; then
+  if [ -z "${WS_TESTBED:-}" ]; then
+    # Run this script again inside a bed of 1 + N hosts; the trainer gets
+    # time to checkpoint when the run is interrupted.
+    "$root/scripts/testbed.sh" check >/dev/null || { "$root/scripts/testbed.sh" check; exit 2; }
+    export WS_TESTBED_GRACE_S="${WS_TESTBED_GRACE_S:-60}"
+    exec "$root/scripts/testbed.sh" run $((generators + 1)) ${host_rate:+--rate "$host_rate"} -- "$0" "${all_args[@]}"
+  fi
+  [ "${WS_TESTBED_HOSTS:-0}" -ge $((generators + 1)) ] ||
+    { echo "rl-run: bed $WS_TESTBED has ${WS_TESTBED_HOSTS:-0} hosts, $((generators + 1)) needed" >&2; exit 2; }
+  on_host=("$WS_TESTBED_SCRIPT" exec "$WS_TESTBED")
+  trainer_bind=(--bind "$("$WS_TESTBED_SCRIPT" addr "$WS_TESTBED" 0)")
+  echo "rl-run: bed $WS_TESTBED: trainer in host 0 (${trainer_bind[1]}), generators in hosts 1..$generators"
+fi
+run_on() {  # run_on HOST CMD...
+  local host="$1"
+  shift
+  if [ -n "$hosts" ]; then
+    exec "${on_host[@]}" "$host" "$@"
+  else
+    exec "$@"
+  fi
+}
 mkdir -p "$out"
 rm -f "$out/address.json"
 # Before any process starts: the trainer and the generators read it.
 . "$root/scripts/run-secret.sh"
 ws_run_secret "$out" rl-run
+if [ -n "$hosts" ] && [ -z "${WEIGHTSYNC_SECRET:-}" ]; then
+  echo "rl-run: --hosts needs a secret (the trainer serves a non-loopback address); unset WEIGHTSYNC_SECRET for a per-run one" >&2
+  exit 2
+fi
 
 # async: each generator sends its share of a step's groups and may run two
 # steps ahead of the trainer (generator --groups-per-version, --max-ahead).
 share=$(( (batch_groups + generators - 1) / generators ))
 
 pids=()
+trainer_pid=""
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # --hosts: the bed goes when this script ends; let the trainer finish its
+  # checkpoint first (it got the signal too), for at most 50 s.
+  if [ -n "$hosts" ] && [ -n "$trainer_pid" ]; then
+    for _ in $(seq 1 500); do kill -0 "$trainer_pid" 2>/dev/null || break; sleep 0.1; done
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
+(run_on 0 "$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
   --generators "$generators" --prompts-per-round "$prompts" --temperature "$temperature" \
-  --batch-groups "$batch_groups" --device "$device" --threads 2 --address-file "$out/address.json" $resume "${extra[@]}" \
+  --batch-groups "$batch_groups" --device "$device" --threads 2 --address-file "$out/address.json" \
+  "${trainer_bind[@]}" $resume "${extra[@]}") \
   > >(tee -a "$out/trainer.log") 2>&1 &
 trainer_pid=$!
 
@@ -75,9 +122,9 @@ weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$out/address.json")
 trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$out/address.json")
 
 for id in $(seq 0 $((generators - 1))); do
-  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$start" \
+  (run_on $((id + 1)) "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" >> "$out/generator-$id.log" 2>&1 &
+    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out") >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done
 

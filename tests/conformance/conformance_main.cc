@@ -1,14 +1,24 @@
 // Main of the conformance suite: ws_conformance --transport NAME [catch args].
 // Exits 77 (ctest's SKIP_RETURN_CODE) with the reason when NAME is not built
 // into the library or not viable on this machine, so ctest counts it skipped.
+//
+// The peer publishers of the suite run where WS_PEER_PREFIX says, bound to
+// WS_PEER_BIND (tests/integration/peers.h; tests/testbed/ runs them in another
+// host of scripts/testbed.sh). The hidden case "[auto-negotiation]" (run only
+// when named) checks what a subscriber asking for "auto" gets from such a peer:
+//   ws_conformance --transport EXPECTED "[auto-negotiation]"
+// passes when that is EXPECTED, and, when EXPECTED is not shm, when asking
+// for shm is refused because the publisher runs on another host.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "conformance.h"
+#include "peers.h"
 #include "weightsync/cuda.h"
 #include "weightsync/transports.h"
 
@@ -20,6 +30,34 @@ const std::string& conformance_transport() {
   return g_transport;
 }
 }  // namespace wstest
+
+TEST_CASE("a subscriber asking for auto gets the expected transport from the peer publisher",
+          "[.][auto-negotiation]") {
+  using namespace weightsync;
+  const std::string expected = wstest::conformance_transport();
+  auto peer = wstest::start_peer_publisher({"--size", std::to_string(1 << 20), "--tensors", "2", "--versions", "1"},
+                                           wstest::peer_host_from_env());
+  REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(20)));
+  auto sub = Subscriber::connect(peer.address, wstest::quick_options(5000, "auto"));
+  INFO(sub.status().to_string());
+  REQUIRE(sub.ok());
+  WARN("auto negotiated " << (*sub)->transport() << " with the publisher at " << peer.address);
+  CHECK((*sub)->transport() == expected);
+  auto image = HostBuffer::allocate((*sub)->layout().total_bytes());
+  REQUIRE(image.ok());
+  auto pulled = (*sub)->pull(Destination::contiguous(image->data(), image->size()));
+  REQUIRE(pulled.ok());
+  CHECK(wstest::image_mismatch((*sub)->layout(), image->data(), pulled->version) == -1);
+  if (expected != "shm") {
+    // The publisher offers shm (its slots are memfds); this subscriber must
+    // see from the host identities that it cannot use it, not try and fail.
+    auto shm = Subscriber::connect(peer.address, wstest::quick_options(5000, "shm"));
+    REQUIRE_FALSE(shm.ok());
+    INFO(shm.status().to_string());
+    CHECK(shm.status().code() == ErrorCode::kInvalidConfig);
+    CHECK(shm.status().message().find("another host") != std::string::npos);
+  }
+}
 
 int main(int argc, char** argv) {
   std::vector<char*> rest;
@@ -61,5 +99,10 @@ int main(int argc, char** argv) {
     std::printf("conformance: CUDA device %s\n", cuda.device_name.c_str());
   }
   std::printf("conformance: transport %s\n", wstest::g_transport.c_str());
+  if (const char* prefix = std::getenv("WS_PEER_PREFIX"); prefix != nullptr && *prefix != '\0') {
+    const char* bind = std::getenv("WS_PEER_BIND");
+    std::printf("conformance: peer publishers run under '%s', bound to %s\n", prefix,
+                bind != nullptr && *bind != '\0' ? bind : "loopback");
+  }
   return Catch::Session().run(static_cast<int>(rest.size()), rest.data());
 }

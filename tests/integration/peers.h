@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,9 +27,33 @@ struct PeerPublisher {
   std::string address;
 };
 
-// Starts `ws_test_peer publish <args>` and waits for its address.
-inline PeerPublisher start_peer_publisher(std::vector<std::string> args) {
+// Where a peer publisher runs: `prefix` is a command that runs its argument
+// command elsewhere and must exec it, so that the child's pid (signals) is the
+// peer's, e.g. {"scripts/testbed.sh", "exec", "BED", "0"} or
+// {"ip", "netns", "exec", "BED-h0"}; `bind` its --bind address ("" : loopback).
+struct PeerHost {
+  std::vector<std::string> prefix;
+  std::string bind;
+};
+
+// From WS_PEER_PREFIX (words separated by spaces) and WS_PEER_BIND; both unset:
+// this host, loopback. tests/testbed/cross_host_conformance.sh sets them.
+inline PeerHost peer_host_from_env() {
+  PeerHost host;
+  if (const char* prefix = std::getenv("WS_PEER_PREFIX")) {
+    std::istringstream words(prefix);
+    for (std::string w; words >> w;) host.prefix.push_back(w);
+  }
+  if (const char* bind = std::getenv("WS_PEER_BIND")) host.bind = bind;
+  return host;
+}
+
+// Starts `[host.prefix...] ws_test_peer publish <args> [--bind host.bind]` and
+// waits for its address.
+inline PeerPublisher start_peer_publisher(std::vector<std::string> args, const PeerHost& host = {}) {
   args.insert(args.begin(), {peer_path(), "publish"});
+  args.insert(args.begin(), host.prefix.begin(), host.prefix.end());
+  if (!host.bind.empty()) args.insert(args.end(), {"--bind", host.bind});
   auto child = ChildProcess::spawn(args);
   auto address = child.wait_for("ADDRESS ", std::chrono::seconds(20));
   REQUIRE(address.has_value());

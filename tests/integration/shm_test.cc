@@ -124,7 +124,7 @@ TEST_CASE("shm: the local socket is authenticated, role-checked, and hands out r
   REQUIRE(shm_offer != table->transports.end());
   auto offer = ShmOffer::decode(shm_offer->blob);
   REQUIRE(offer.ok());
-  CHECK(offer->boot_id == boot_id());
+  CHECK(offer->boot_id == *host_identity());  // boot id + network namespace (or WEIGHTSYNC_HOST_ID)
   CHECK(offer->socket_name.size() >= 32);  // random, not guessable
   const auto deadline = Deadline::after(std::chrono::seconds(2));
 

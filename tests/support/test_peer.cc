@@ -2,8 +2,9 @@
 //
 //   ws_test_peer publish --size B --tensors N --slots S --versions V
 //                        [--forever] [--checksum] [--secret S] [--timeout-ms T]
-//                        [--slot-memory host|cuda] [--pause-us U]
-//     Prints "ADDRESS host:port", publishes versions 1..V with the test
+//                        [--slot-memory host|cuda] [--pause-us U] [--bind ADDR]
+//     --bind: PublisherOptions::bind_address (a non-loopback one needs a secret:
+//     --secret or WEIGHTSYNC_SECRET). Prints "ADDRESS host:port", publishes versions 1..V with the test
 //     pattern (writing in place into the slot), prints "PUBLISHED V", then
 //     serves until stdin closes. With --forever it keeps publishing new
 //     versions as fast as it can until stdin closes. With --step it publishes
@@ -60,6 +61,7 @@ int run_publisher(const Args& args) {
   options.slots = static_cast<std::size_t>(std::atoi(args.get("--slots", "3").c_str()));
   options.checksum = args.has("--checksum");
   if (args.has("--secret")) options.secret = args.get("--secret", "");
+  if (args.has("--bind")) options.bind_address = args.get("--bind", "");
   options.io_timeout_ms = std::atoi(args.get("--timeout-ms", "5000").c_str());
   const bool cuda_slots = args.get("--slot-memory", "host") == "cuda";
   if (cuda_slots) options.slot_memory = weightsync::MemoryKind::kCuda;

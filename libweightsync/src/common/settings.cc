@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "common/host_identity.h"
 #include "weightsync/log.h"
 
 namespace weightsync {
@@ -80,6 +81,21 @@ std::vector<SettingReport> describe_settings(const PublisherOptions& p, const Su
         out.back().value != "ucx") {
       out.back().error =
           "WEIGHTSYNC_SLOT_ALLOCATOR='" + out.back().value + "' is not one of auto, memfd, ucx";
+    }
+    {
+      // Which host this process counts as for shm/cuda_ipc (common/host_identity.h).
+      auto host = detail::host_identity();
+      const char* raw = std::getenv("WEIGHTSYNC_HOST_ID");
+      const bool set = raw != nullptr && *raw != '\0';
+      SettingReport r{"host_id", "WEIGHTSYNC_HOST_ID", "", set ? "environment" : "default", ""};
+      if (!host.ok()) {
+        r.value = "(boot id:network namespace inode)";
+        r.source = "default";
+        r.error = host.status().message();
+      } else {
+        r.value = host->empty() ? "(unknown: procfs unreadable, so no peer counts as same-host)" : *host;
+      }
+      out.push_back(r);
     }
     auto informational = [&](const char* name, const char* env, const char* fallback) {
       const char* raw = std::getenv(env);

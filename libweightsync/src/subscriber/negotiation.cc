@@ -23,8 +23,11 @@ Result<std::unique_ptr<DataChannel>> open(const std::string& name, const Transpo
     auto shm = ShmOffer::decode(offer.blob);
     if (!shm.ok())
       return Status(ErrorCode::kProtocolError, "the publisher's " + name + " offer is malformed");
-    if (shm->boot_id != boot_id()) {
-      return Status(ErrorCode::kInvalidConfig, "the publisher runs on another host");
+    auto host = host_identity();  // boot id + network namespace, or WEIGHTSYNC_HOST_ID
+    if (!host.ok()) return host.status();
+    if (host->empty() || shm->boot_id != *host) {
+      return Status(ErrorCode::kInvalidConfig,
+                    "the publisher runs on another host (another kernel or network namespace)");
     }
     const LocalChannelConfig local{shm->socket_name,      in.secret,     in.session_id, in.client_name,
                                    in.connect_timeout_ms, in.slot_count, in.slot_bytes};
@@ -37,6 +40,7 @@ Result<std::unique_ptr<DataChannel>> open(const std::string& name, const Transpo
 }  // namespace
 
 Result<std::unique_ptr<DataChannel>> negotiate_transport(const NegotiationInput& in) {
+  if (auto host = host_identity(); !host.ok()) return host.status();  // a malformed WEIGHTSYNC_HOST_ID
   const std::vector<TransportInfo> built = available_transports();
   std::string names = "auto";
   for (const auto& t : built) names += ", " + t.name;

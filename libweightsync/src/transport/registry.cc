@@ -18,8 +18,11 @@ namespace {
 TransportInfo probe_shm() {
   TransportInfo info{"shm", "same-host shared memory: one copy from the publisher's slot, no network", false,
                      ""};
-  if (detail::boot_id().empty()) {
-    info.reason = "cannot read /proc/sys/kernel/random/boot_id, so same-host peers cannot be recognised";
+  auto host = detail::host_identity();
+  if (!host.ok() || host->empty()) {
+    info.reason = host.ok() ? "cannot read /proc/sys/kernel/random/boot_id or /proc/self/ns/net, so "
+                              "same-host peers cannot be recognised"
+                            : host.status().message();
     return info;
   }
   int fd = ::memfd_create("weightsync-probe", MFD_CLOEXEC);

@@ -77,8 +77,10 @@ TransportInfo probe_cuda_ipc() {
   const CudaInfo cuda = cuda_info();
   if (!cuda.usable) {
     info.reason = cuda.reason;
-  } else if (boot_id().empty()) {
-    info.reason = "cannot read /proc/sys/kernel/random/boot_id, so same-host peers cannot be recognised";
+  } else if (auto host = host_identity(); !host.ok() || host->empty()) {
+    info.reason = host.ok() ? "cannot read /proc/sys/kernel/random/boot_id or /proc/self/ns/net, so "
+                              "same-host peers cannot be recognised"
+                            : host.status().message();
   } else {
     info.viable = true;
   }
