@@ -5,6 +5,7 @@
 //   weightsync-bench [options]                 everything on this host
 //   weightsync-bench server [--bind --port]    the publisher side, for another host
 //   weightsync-bench client HOST:PORT [opts]   the reader side, against a server
+//   weightsync-bench fanout [opts]             time-to-all-generators across test-bed hosts (fanout.h)
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -19,6 +20,7 @@
 #include <sstream>
 
 #include "cuda_limits.h"
+#include "fanout_cli.h"
 #include "gpu_rows.h"
 #include "line_stream.h"
 #include "report.h"
@@ -203,6 +205,16 @@ int main(int argc, char** argv) try {
   client->add_option("server", remote, "HOST:PORT of the server")->required();
   add_sweep_options(client);
 
+  // Redraw the charts of an earlier run from its JSON, measuring nothing.
+  auto* replot =
+      app.add_subcommand("replot", "Redraw --plot's charts from the --json file of an earlier run");
+  std::string replot_from, replot_plot;
+  replot->add_option("--from", replot_from, "The JSON file a run wrote with --json")->required();
+  replot
+      ->add_option("--plot", replot_plot,
+                   "Draw the panels to FILE.png and the fraction-of-limit chart to FILE-fraction.png")
+      ->required();
+
   // The per-cell processes (not for direct use).
   auto* publisher_role = app.add_subcommand("publisher-role", "")->group("");
   auto* reader_role = app.add_subcommand("reader-role", "")->group("");
@@ -212,6 +224,9 @@ int main(int argc, char** argv) try {
   reader_role->add_option("--transport", reader_config.transport)->required();
   reader_role->add_option("--size", reader_config.size)->required();
   reader_role->add_option("--destination", reader_config.destination);
+
+  // `fanout` (across test-bed hosts) and its per-host roles: fanout_cli.h.
+  wsbench::FanoutCli fanout(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -224,6 +239,23 @@ int main(int argc, char** argv) try {
     return wsbench::run_reader_role(io, reader_config);
   }
   if (*server) return run_server(server_bind, server_port, server_slots);
+  {
+    std::ostringstream command;
+    for (int i = 0; i < argc; ++i) command << (i ? " " : "") << argv[i];
+    if (auto rc = fanout.run(self_executable(), command.str())) return *rc;
+  }
+  if (*replot) {
+    wsbench::BenchReport loaded;
+    std::string error;
+    if (!wsbench::load_report_json(replot_from, &loaded, &error) ||
+        !wsbench::write_plot(replot_plot, loaded, &error)) {
+      std::fprintf(stderr, "weightsync-bench replot: %s\n", error.c_str());
+      return 1;
+    }
+    std::printf("weightsync-bench replot: wrote %s and %s\n", replot_plot.c_str(),
+                wsbench::fraction_plot_path(replot_plot).c_str());
+    return 0;
+  }
 
   wsbench::SweepConfig config;
   config.self_exe = self_executable();

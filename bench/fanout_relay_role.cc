@@ -1,0 +1,75 @@
+// The fanout bench's relay role (protocol in fanout.h): a weightsync::Relay
+// pulling from its upstream and re-publishing on its host's address. What
+// counts as "holds v" for a relay is the version it holds itself
+// (Relay::wait_for_version); the bytes it forwards are checked by the leaf
+// subscribers below it (every relay in a tree or chain has one).
+#include <chrono>
+#include <sstream>
+
+#include "fanout.h"
+#include "line_stream.h"
+#include "role_support.h"
+#include "weightsync/relay.h"
+#include "weightsync/weightsync.h"
+
+namespace wsbench {
+
+bool fanout_relays_built(std::string* why) {
+  why->clear();
+  return true;
+}
+
+int run_fanout_relay(const std::string& upstream, const std::string& bind, const std::string& transport,
+                     bool pipelined) {
+  wsutil::LineStream io(0, 1);
+  weightsync::RelayOptions options;  // the secret (both sides): WEIGHTSYNC_SECRET
+  options.upstreams = {upstream};
+  options.subscriber.transport = transport;
+  options.subscriber.client_name = "fanout-relay";
+  options.publisher.bind_address = bind;
+  options.pipelined = pipelined;
+  auto relay = weightsync::Relay::create(options);
+  if (!relay.ok()) {
+    io.write_line(error_line("relay from " + upstream + ": " + relay.status().to_string()));
+    return 1;
+  }
+  if (!io.write_line("READY " + (*relay)->address())) return 1;
+  for (;;) {
+    auto line = io.read_line(std::chrono::hours(24));
+    if (!line) return 0;
+    std::istringstream in(*line);
+    std::string command;
+    in >> command;
+    std::string reply;
+    if (command == "PULL") {
+      std::uint64_t version = 0;
+      long long timeout_ms = 60000;
+      in >> version >> timeout_ms;
+      if (!io.write_line("WAITING " + std::to_string(version))) return 1;
+      auto held = (*relay)->wait_for_version(version - 1, std::chrono::milliseconds(timeout_ms));
+      const std::int64_t held_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count();
+      if (!held.ok()) {
+        reply = error_line("relay waiting for version " + std::to_string(version) + ": " +
+                           held.status().to_string() + " (relay: " + (*relay)->stats().error + ")");
+      } else if (*held != version) {
+        reply = error_line("relay holds version " + std::to_string(*held) + ", expected " +
+                           std::to_string(version));
+      } else {
+        reply = "HELD " + std::to_string(version) + " " + std::to_string(held_ns);
+      }
+    } else if (command == "CPU") {
+      std::ostringstream out;
+      out << "CPU " << process_cpu_seconds();
+      reply = out.str();
+    } else if (command == "QUIT") {
+      return 0;
+    } else {
+      reply = error_line("unknown command '" + command + "'");
+    }
+    if (!io.write_line(reply)) return 1;
+  }
+}
+
+}  // namespace wsbench
