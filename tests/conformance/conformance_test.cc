@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -21,10 +22,25 @@ using namespace wstest;
 namespace {
 
 // The suite's publisher: CUDA slots for the cuda_ipc transport (the only
-// one that serves them), host slots for every other.
+// one that serves them), host slots for every other. It runs where
+// WS_PEER_PREFIX says, bound to WS_PEER_BIND (peers.h; unset: this host,
+// loopback): tests/testbed/cross_host_conformance.sh puts it in another host.
+// With WS_CONFORMANCE_VIA_RELAY=1 the "publisher" is a relay process
+// (ws_test_relay --spawn) that starts the peer publisher as its own child and
+// serves what it forwards: signals then hit the relay (dead relay, stalled
+// relay), and every pull goes through it.
 PeerPublisher start_conformance_peer(std::vector<std::string> args) {
   if (conformance_transport() == "cuda_ipc") args.insert(args.end(), {"--slot-memory", "cuda"});
-  return start_peer_publisher(std::move(args));
+  const char* via_relay = std::getenv("WS_CONFORMANCE_VIA_RELAY");
+  if (via_relay == nullptr || std::string(via_relay) != "1") {
+    return start_peer_publisher(std::move(args), peer_host_from_env());
+  }
+  std::vector<std::string> argv = {WS_TEST_RELAY_PATH, "--timeout-ms", "5000", "--spawn", peer_path(), "publish"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto relay = ChildProcess::spawn(argv);
+  auto address = relay.wait_for("ADDRESS ", std::chrono::seconds(30));
+  REQUIRE(address.has_value());
+  return PeerPublisher{std::move(relay), *address};
 }
 
 SubscriberOptions options_for_transport(int io_timeout_ms = 5000) {

@@ -69,7 +69,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)LayoutMsg::decode(payload);
   (void)QueryVersionMsg::decode(payload);
   (void)VersionMsg::decode(payload);
-  (void)AcquireMsg::decode(payload);
+  if (auto a = AcquireMsg::decode(payload); a.ok()) require(payload.size() == (a->accept_streaming ? 9u : 8u));
+  (void)WaitWatermarkMsg::decode(payload);
+  if (auto w = WatermarkMsg::decode(payload); w.ok()) require(w->committed || (!w->has_checksum && w->checksum == 0));
+  (void)TcpOffer::decode(payload);
   (void)ReleaseMsg::decode(payload);
   (void)DataMsg::decode(payload);
   (void)DataEndMsg::decode(payload);
@@ -82,7 +85,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require(u->slots.size() >= 2 && !u->worker_address.empty());
     for (const auto& s : u->slots) require(!s.rkey.empty());
   }
-  if (auto lease = LeaseMsg::decode(payload); lease.ok()) require(lease->stamp == lease->version << 1);
+  // Even stamp: a committed version; odd: a streaming lease (never with a checksum).
+  if (auto lease = LeaseMsg::decode(payload); lease.ok()) {
+    require(lease->version != 0 && (lease->stamp >> 1) == lease->version);
+    require(!lease->streaming() || !lease->has_checksum);
+  }
   if (auto read = ReadMsg::decode(payload); read.ok()) {
     require(!read->ranges.empty() && read->ranges.size() <= kMaxReadRanges);
     for (const auto& r : read->ranges) require(r.length > 0);

@@ -265,3 +265,60 @@ TEST_CASE("ring: under kRevokeOldest revocations of old leases are counted as ex
   CHECK(stats.expired == 1);
   CHECK(stats.skipped == 0);
 }
+
+TEST_CASE("ring: a streaming in-progress version is leased only by streaming readers, abandon revokes it",
+          "[ring][pipelined]") {
+  auto ring = make_ring(3, FullRingPolicy::kRevokeOldest);
+  publish(*ring, 1);
+  auto r = ring->reserve(2);
+  REQUIRE(r.ok());
+  // Not yet streaming: nobody sees it.
+  CHECK(ring->acquire(7, 1, true).status().code() == ErrorCode::kNotReady);
+  REQUIRE(ring->begin_streaming(r->slot, 3).ok());  // renumbered to the version actually pulled
+  CHECK(ring->stamp_before(r->slot) == ((3u << 1) | 1));
+  CHECK(ring->latest_version() == 1);
+  CHECK(ring->latest_streamable() == 3);
+  // A plain reader: committed version 1 only.
+  auto plain = ring->acquire(7, 0);
+  REQUIRE(plain.ok());
+  CHECK(plain->version == 1);
+  CHECK(ring->acquire(7, 1).status().code() == ErrorCode::kNotReady);
+  // A streaming reader: the in-progress version, odd stamp, no checksum.
+  auto streamed = ring->acquire(8, 1, true);
+  REQUIRE(streamed.ok());
+  CHECK(streamed->version == 3);
+  CHECK(streamed->stamp == ((3u << 1) | 1));
+  CHECK_FALSE(streamed->has_checksum);
+  auto state = ring->stream_state(8, streamed->lease_id);
+  REQUIRE(state.ok());
+  CHECK(state->watermark == 0);
+  const std::uint64_t epoch = ring->change_epoch();
+  ring->advance_watermark(r->slot, 1024);
+  ring->advance_watermark(r->slot, 512);  // never backwards
+  CHECK(ring->change_epoch() != epoch);
+  CHECK(ring->stream_state(8, streamed->lease_id)->watermark == 1024);
+  ring->advance_watermark(r->slot, 1u << 30);  // capped at the slot
+  CHECK(ring->stream_state(8, streamed->lease_id)->watermark == 4096);
+  CHECK(ring->stream_state(7, streamed->lease_id).status().code() == ErrorCode::kInvalidArgument);
+  ring->abandon(r->slot);
+  CHECK(ring->stream_state(8, streamed->lease_id).status().code() == ErrorCode::kVersionRevoked);
+  CHECK(ring->check_lease(8, streamed->lease_id).status().code() == ErrorCode::kVersionRevoked);
+  CHECK(ring->latest_streamable() == 1);
+
+  // Again, committed this time: the streaming lease becomes one of the committed version.
+  auto again = ring->reserve(3);
+  REQUIRE(again.ok());
+  CHECK(ring->begin_streaming(again->slot, 1).code() == ErrorCode::kInvalidArgument);  // not newer
+  REQUIRE(ring->begin_streaming(again->slot, 3).ok());
+  auto second = ring->acquire(8, 1, true);
+  REQUIRE(second.ok());
+  ring->commit(again->slot, 3, 0x77);
+  auto done = ring->stream_state(8, second->lease_id);
+  REQUIRE(done.ok());
+  CHECK(done->committed);
+  CHECK(done->watermark == 4096);
+  CHECK(done->has_checksum);
+  CHECK(done->checksum == 0x77);
+  // The old revoked lease stays revoked even though the slot now holds version 3 again.
+  CHECK(ring->stream_state(8, streamed->lease_id).status().code() == ErrorCode::kVersionRevoked);
+}

@@ -77,7 +77,15 @@ TEST_CASE("wire: messages round-trip and reject truncation and trailing bytes", 
   bytes.push_back(0);
   CHECK_FALSE(LeaseMsg::decode(bytes).ok());
   // A stamp that does not encode the version is refused.
-  CHECK_FALSE(LeaseMsg::decode(LeaseMsg{1, 42, 1, 85, false, 0}.encode()).ok());
+  CHECK_FALSE(LeaseMsg::decode(LeaseMsg{1, 42, 1, 86, false, 0}.encode()).ok());
+  CHECK_FALSE(LeaseMsg::decode(LeaseMsg{1, 42, 1, 83, false, 0}.encode()).ok());
+  // An odd stamp is a streaming lease of the in-progress version; it never carries a checksum.
+  auto streaming = LeaseMsg::decode(LeaseMsg{1, 42, 1, 85, false, 0}.encode());
+  REQUIRE(streaming.ok());
+  CHECK(streaming->streaming());
+  CHECK_FALSE(back->streaming());
+  CHECK_FALSE(LeaseMsg::decode(LeaseMsg{1, 42, 1, 85, true, 7}.encode()).ok());
+  CHECK_FALSE(LeaseMsg::decode(LeaseMsg{1, 42, 1, 85, false, 7}.encode()).ok());
 
   ReadMsg read;
   read.lease_id = 9;
@@ -129,6 +137,92 @@ TEST_CASE("wire: messages round-trip and reject truncation and trailing bytes", 
   CHECK_FALSE(ErrorMsg::decode(bad_code).ok());
 }
 
+TEST_CASE("wire: the streaming extension: ACQUIRE and QUERY_VERSION flags, WAIT_WATERMARK, WATERMARK, tcp offer",
+          "[wire]") {
+  // Without the flag the encodings are exactly the original ones (old peers).
+  CHECK(AcquireMsg{7}.encode().size() == 8);
+  CHECK(QueryVersionMsg{7, 100}.encode().size() == 12);
+  auto acquire = AcquireMsg::decode(AcquireMsg{7, true}.encode());
+  REQUIRE(acquire.ok());
+  CHECK(acquire->newer_than == 7);
+  CHECK(acquire->accept_streaming);
+  CHECK_FALSE(AcquireMsg::decode(AcquireMsg{7}.encode())->accept_streaming);
+  auto query = QueryVersionMsg::decode(QueryVersionMsg{7, 100, true}.encode());
+  REQUIRE(query.ok());
+  CHECK(query->newer_than == 7);
+  CHECK(query->wait_ms == 100);
+  CHECK(query->accept_streaming);
+  // The flag is present only when set, must be 1, and nothing may follow it.
+  for (auto bytes : {AcquireMsg{7}.encode(), QueryVersionMsg{7, 100}.encode()}) {
+    const bool is_acquire = bytes.size() == 8;
+    auto decode_ok = [&](const std::vector<std::uint8_t>& b) {
+      return is_acquire ? AcquireMsg::decode(b).ok() : QueryVersionMsg::decode(b).ok();
+    };
+    for (std::uint8_t flag : {0, 2, 255}) {
+      auto with = bytes;
+      with.push_back(flag);
+      CHECK_FALSE(decode_ok(with));
+    }
+    auto two = bytes;
+    two.push_back(1);
+    two.push_back(1);
+    CHECK_FALSE(decode_ok(two));
+    bytes.pop_back();
+    CHECK_FALSE(decode_ok(bytes));
+  }
+
+  auto wait = WaitWatermarkMsg::decode(WaitWatermarkMsg{0x1122, 4096, 250}.encode());
+  REQUIRE(wait.ok());
+  CHECK(wait->lease_id == 0x1122);
+  CHECK(wait->bytes == 4096);
+  CHECK(wait->wait_ms == 250);
+  auto wait_bytes = WaitWatermarkMsg{1, WaitWatermarkMsg::kWaitForCommit, 10}.encode();
+  CHECK(wait_bytes.size() == 20);
+  CHECK(WaitWatermarkMsg::decode(wait_bytes)->bytes == UINT64_MAX);
+  for (std::size_t n = 0; n < wait_bytes.size(); ++n) {
+    CHECK_FALSE(WaitWatermarkMsg::decode(std::vector<std::uint8_t>(wait_bytes.begin(), wait_bytes.begin() + n)).ok());
+  }
+  wait_bytes.push_back(0);
+  CHECK_FALSE(WaitWatermarkMsg::decode(wait_bytes).ok());
+
+  auto mark = WatermarkMsg::decode(WatermarkMsg{1 << 20, true, true, 0xabc}.encode());
+  REQUIRE(mark.ok());
+  CHECK(mark->watermark == (1u << 20));
+  CHECK(mark->committed);
+  CHECK(mark->has_checksum);
+  CHECK(mark->checksum == 0xabc);
+  auto in_progress = WatermarkMsg::decode(WatermarkMsg{4096, false, false, 0}.encode());
+  REQUIRE(in_progress.ok());
+  CHECK_FALSE(in_progress->committed);
+  auto mark_bytes = WatermarkMsg{4096, false, false, 0}.encode();
+  CHECK(mark_bytes.size() == 18);
+  for (std::size_t n = 0; n < mark_bytes.size(); ++n) {
+    CHECK_FALSE(WatermarkMsg::decode(std::vector<std::uint8_t>(mark_bytes.begin(), mark_bytes.begin() + n)).ok());
+  }
+  mark_bytes.push_back(0);
+  CHECK_FALSE(WatermarkMsg::decode(mark_bytes).ok());
+  // A checksum only with a committed version; flags are 0 or 1.
+  CHECK_FALSE(WatermarkMsg::decode(WatermarkMsg{4096, false, true, 5}.encode()).ok());
+  CHECK_FALSE(WatermarkMsg::decode(WatermarkMsg{4096, true, false, 5}.encode()).ok());
+  auto bad_flag = WatermarkMsg{4096, true, false, 0}.encode();
+  bad_flag[8] = 2;
+  CHECK_FALSE(WatermarkMsg::decode(bad_flag).ok());
+
+  // The tcp offer: empty (older publishers) means no features.
+  auto none = TcpOffer::decode({});
+  REQUIRE(none.ok());
+  CHECK(none->features == 0);
+  CHECK(TcpOffer{}.encode().empty());
+  auto offer = TcpOffer::decode(TcpOffer{kTcpFeatureStreaming}.encode());
+  REQUIRE(offer.ok());
+  CHECK(offer->features == kTcpFeatureStreaming);
+  auto offer_bytes = TcpOffer{kTcpFeatureStreaming | 0x80}.encode();
+  CHECK(TcpOffer::decode(offer_bytes)->features == (kTcpFeatureStreaming | 0x80));  // unknown bits ignored by users
+  offer_bytes[0] = 2;  // another version
+  CHECK_FALSE(TcpOffer::decode(offer_bytes).ok());
+  CHECK_FALSE(TcpOffer::decode({1, 0, 1}).ok());  // truncated
+}
+
 TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[wire][fuzz]") {
   std::mt19937_64 rng(20261122);
   auto layout = WeightLayout::build({{"a", DType::kFloat32, {16}}, {"b", DType::kInt8, {3, 3}}});
@@ -159,7 +253,13 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       ucx.encode(),
       VerbsOffer{{{4096, 65536, 7}, {8192, 65536, 8}}, {12288, 4096, 9}}.encode(),
       VerbsEndpoint{0x1234, 0x42, 3, {}, 5}.encode(),
-      TransportConnectMsg{"verbs", {1, 2, 3}}.encode()};
+      TransportConnectMsg{"verbs", {1, 2, 3}}.encode(),
+      AcquireMsg{3, true}.encode(),
+      QueryVersionMsg{3, 10, true}.encode(),
+      LeaseMsg{1, 2, 0, 5, false, 0}.encode(),
+      WaitWatermarkMsg{1, 4096, 10}.encode(),
+      WatermarkMsg{4096, true, true, 3}.encode(),
+      TcpOffer{kTcpFeatureStreaming}.encode()};
   std::uint64_t executions = 0, accepted = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> input;
@@ -179,6 +279,20 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
     accepted += SlotTableMsg::decode(input).ok();
     accepted += ErrorMsg::decode(input).ok();
     accepted += QueryVersionMsg::decode(input).ok();
+    if (auto a = AcquireMsg::decode(input); a.ok()) {
+      ++accepted;
+      CHECK(input.size() == (a->accept_streaming ? 9u : 8u));
+    }
+    if (auto l = LeaseMsg::decode(input); l.ok()) {
+      CHECK((l->stamp >> 1) == l->version);
+      CHECK((!l->streaming() || !l->has_checksum));
+    }
+    accepted += WaitWatermarkMsg::decode(input).ok();
+    if (auto w = WatermarkMsg::decode(input); w.ok()) {
+      ++accepted;
+      CHECK((w->committed || !w->has_checksum));
+    }
+    accepted += TcpOffer::decode(input).ok();
     if (auto r = ShmRegionsMsg::decode(input); r.ok()) {
       ++accepted;
       CHECK(r->stamp_bytes >= r->slot_count * 8);

@@ -19,6 +19,8 @@
 //     WEIGHTSYNC_IDLE_TIMEOUT_MS     close authenticated connections silent this long (default 0: never)
 //     WEIGHTSYNC_LEASE_TIMEOUT_MS    age after which a lease may be taken back under any policy (default 60000)
 //     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
+//     WEIGHTSYNC_HOST_ID             which host this process counts as for shm/cuda_ipc (default:
+//                                    kernel boot id + network namespace); at most 64 of [A-Za-z0-9._:-]
 //   A malformed value is a kInvalidConfig error naming the variable.
 // - An empty secret means "no secret": the publisher then refuses to bind to a
 //   non-loopback address, and a subscriber with a secret refuses a publisher
@@ -130,6 +132,15 @@ struct SubscriberOptions {
   // pull and kept. staging_chunks >= 2; staging_chunk_bytes >= 64 KiB.
   std::size_t staging_chunk_bytes = 8u << 20;
   std::size_t staging_chunks = 3;
+  // Pull a version the publisher (a pipelined relay) is still receiving,
+  // reading its bytes as they are written (docs/relays.md, "The pipelined
+  // chain"). Used only over the tcp transport, into host memory, and only
+  // from a publisher that offers it; otherwise ignored (whole committed
+  // versions). A streamed version is delivered only once it was committed
+  // whole in the same slot and, with checksums, verified. With it,
+  // wait_for_version()/latest_version() also report in-progress versions.
+  // Relays with RelayOptions::pipelined set it for their upstream pulls.
+  bool accept_streaming = false;
 };
 
 }  // namespace weightsync

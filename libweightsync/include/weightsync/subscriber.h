@@ -13,6 +13,11 @@
 //   never returns success with bytes from two versions (docs/consistency.md).
 //   kVersionRevoked and kChecksumMismatch are retried automatically up to
 //   SubscriberOptions::max_retries times; PullResult::retries counts them.
+// - Streaming (SubscriberOptions::accept_streaming, tcp, a pipelined relay):
+//   pull() may read a version the publisher is still receiving, as its bytes
+//   are written, but returns it only once it was committed whole in the same
+//   slot, its lease never revoked, and its checksum verified; an abandoned
+//   in-progress version is kVersionRevoked (retried), never delivered.
 // - The first connection-level error (kConnectionLost, kProtocolError,
 //   kTimeout on the wire, kAuthFailed, kInternal, or any refusal that makes the
 //   publisher close a connection) is sticky: every later call returns it.
@@ -90,6 +95,10 @@ struct PullOptions {
   // If it throws, the pull fails with kInternal and, since the transfer was
   // cut short, the connection becomes unusable (sticky).
   std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+  // Called on the caller's thread when an attempt was granted a version,
+  // before its first byte: (version, streaming: it is still being written,
+  // SubscriberOptions::accept_streaming). Throwing is as for on_progress.
+  std::function<void(std::uint64_t, bool)> on_start;
 };
 
 struct PullResult {
@@ -99,6 +108,7 @@ struct PullResult {
   double seconds = 0.0;            // transfer wall time, retries included, waiting excluded
   double wait_seconds = 0.0;       // time spent waiting for a newer version to be published
   bool checksum_verified = false;  // the publisher's xxHash3 matched
+  std::uint64_t checksum = 0;      // that xxHash3 (the one the trainer computed, also through relays); 0 unless verified
   bool staged = false;             // went through the page-locked staging ring
 };
 
@@ -108,6 +118,7 @@ struct SubscriberStats {
   std::uint64_t bytes = 0;          // payload bytes delivered by successful pulls
   std::uint64_t registrations = 0;  // memory registrations made by the transport (first use of a destination)
   std::uint64_t staged_pulls = 0;   // successful pulls through the staging ring
+  std::uint64_t streamed_pulls = 0;  // successful pulls of a version read while still being written
 };
 
 class Subscriber {
@@ -115,6 +126,14 @@ class Subscriber {
   // address: "host:port" as given by Publisher::address().
   static Result<std::unique_ptr<Subscriber>> connect(const std::string& address,
                                                      SubscriberOptions options = {});
+  // Tries each address in order (a trainer and its relays, say) and returns
+  // the first connection that succeeds; each try is bounded by the connect
+  // timeout. If none does, the last address's error, its message listing
+  // every address's reason. kInvalidArgument for an empty list. The
+  // Subscriber stays with the source it got: after a sticky error, call
+  // connect_any() again to fail over (docs/relays.md).
+  static Result<std::unique_ptr<Subscriber>> connect_any(const std::vector<std::string>& addresses,
+                                                         SubscriberOptions options = {});
   ~Subscriber();
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;

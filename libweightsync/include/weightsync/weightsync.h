@@ -12,6 +12,7 @@
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
 #include "weightsync/publisher.h"
+#include "weightsync/relay.h"
 #include "weightsync/settings.h"
 #include "weightsync/status.h"
 #include "weightsync/subscriber.h"

@@ -40,20 +40,38 @@ ControlOutcome protocol_error(const ControlContext& ctx, const std::string& why)
 ControlOutcome query_version(const ControlContext& ctx, const Frame& frame) {
   auto query = QueryVersionMsg::decode(frame.payload);
   if (!query.ok()) return protocol_error(ctx, query.status().message());
-  if (query->wait_ms > 0 && ctx.state->ring->latest_version() <= query->newer_than) {
+  const std::uint64_t latest = reported_version(*ctx.state, query->accept_streaming);
+  if (query->wait_ms > 0 && latest <= query->newer_than) {
     ControlOutcome out;
     out.park = true;
     out.newer_than = query->newer_than;
+    out.streaming = query->accept_streaming;
     out.wait = std::chrono::milliseconds(std::min(query->wait_ms, kMaxWaitMs));
     return out;
   }
-  return sent(reply(ctx, MsgType::kVersion, VersionMsg{ctx.state->ring->latest_version()}.encode()));
+  return sent(reply(ctx, MsgType::kVersion, VersionMsg{latest}.encode()));
+}
+
+ControlOutcome wait_watermark(const ControlContext& ctx, const Frame& frame) {
+  auto request = WaitWatermarkMsg::decode(frame.payload);
+  if (!request.ok()) return protocol_error(ctx, request.status().message());
+  if (watermark_ready(*ctx.state, ctx.session, request->lease_id, request->bytes)) {
+    return sent(answer_watermark(ctx, request->lease_id, request->bytes));
+  }
+  ControlOutcome out;
+  out.park = true;
+  out.watermark = true;
+  out.lease_id = request->lease_id;
+  out.bytes = request->bytes;
+  // Bounded by the publisher's I/O timeout whatever the peer asks.
+  out.wait = std::chrono::milliseconds(std::min<std::uint32_t>(request->wait_ms, static_cast<std::uint32_t>(ctx.io_timeout_ms)));
+  return out;
 }
 
 ControlOutcome acquire(const ControlContext& ctx, const Frame& frame) {
   auto request = AcquireMsg::decode(frame.payload);
   if (!request.ok()) return protocol_error(ctx, request.status().message());
-  auto grant = ctx.state->ring->acquire(ctx.session, request->newer_than);
+  auto grant = ctx.state->ring->acquire(ctx.session, request->newer_than, request->accept_streaming);
   if (!grant.ok()) return sent(reply_refusal(ctx, grant.status()));
   LeaseMsg lease{grant->lease_id, grant->version,      grant->slot,
                  grant->stamp,    grant->has_checksum, grant->checksum};
@@ -93,6 +111,7 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
     }
     case MsgType::kQueryVersion: return query_version(ctx, frame);
     case MsgType::kAcquire: return acquire(ctx, frame);
+    case MsgType::kWaitWatermark: return wait_watermark(ctx, frame);
     case MsgType::kRelease: {
       auto release = ReleaseMsg::decode(frame.payload);
       if (!release.ok()) return protocol_error(ctx, release.status().message());
@@ -111,9 +130,32 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
   }
 }
 
-Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than) {
+std::uint64_t reported_version(const ServedState& state, bool streaming) {
+  return streaming ? state.ring->latest_streamable() : state.ring->latest_version();
+}
+
+bool watermark_ready(const ServedState& state, std::uint64_t session, std::uint64_t lease_id,
+                     std::uint64_t bytes) {
+  auto st = state.ring->stream_state(session, lease_id);
+  return !st.ok() || st->committed || st->watermark >= bytes;
+}
+
+Status answer_watermark(const ControlContext& ctx, std::uint64_t lease_id, std::uint64_t /*bytes*/) {
+  auto st = ctx.state->ring->stream_state(ctx.session, lease_id);
+  if (!st.ok()) {
+    if (st.status().code() == ErrorCode::kVersionRevoked) return reply_refusal(ctx, st.status());
+    return reply_error(*ctx.socket, ErrorCode::kInvalidArgument,
+                       "WAIT_WATERMARK names a lease this session does not hold", io_deadline(ctx), kPeer);
+  }
+  // Answered with the state as it is: reached, committed, or (after the
+  // bounded wait) neither, which the subscriber counts as a stall.
+  return reply(ctx, MsgType::kWatermark,
+               WatermarkMsg{st->watermark, st->committed, st->has_checksum, st->checksum}.encode());
+}
+
+Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than, bool streaming) {
   const SlotRing& ring = *ctx.state->ring;
-  const std::uint64_t latest = ring.latest_version();
+  const std::uint64_t latest = reported_version(*ctx.state, streaming);
   if (latest <= newer_than && ring.stopped()) {
     return reply_error(*ctx.socket, ErrorCode::kConnectionLost,
                        "the publisher is shutting down; no newer version will come from it", io_deadline(ctx),

@@ -5,7 +5,9 @@
 // A QUERY_VERSION that must wait for a newer version does not block: the
 // outcome says "park", the event loop (publisher/server.h) keeps the
 // connection until a version lands or the wait ends, then calls
-// answer_version_query().
+// answer_version_query(). WAIT_WATERMARK parks the same way until the
+// lease's watermark reaches the asked bytes, its version commits or is
+// abandoned, or the I/O timeout passes; then answer_watermark().
 //
 // Threads: any thread; one request at a time per session.
 #pragma once
@@ -32,12 +34,26 @@ struct ControlOutcome {
   bool bye = false;   // the peer said BYE: close quietly
   bool park = false;  // QUERY_VERSION waits for a version newer than `newer_than`
   std::uint64_t newer_than = 0;
+  bool streaming = false;  // QUERY_VERSION counts in-progress versions
   std::chrono::milliseconds wait{0};
+  // WAIT_WATERMARK parks instead (park is set too): lease and bytes.
+  bool watermark = false;
+  std::uint64_t lease_id = 0;
+  std::uint64_t bytes = 0;
 };
+
+// True when a parked WAIT_WATERMARK can be answered now (reached, committed,
+// revoked, unknown).
+bool watermark_ready(const ServedState& state, std::uint64_t session, std::uint64_t lease_id,
+                     std::uint64_t bytes);
+// Replies WATERMARK, or ERROR(kVersionRevoked) (the connection stays).
+Status answer_watermark(const ControlContext& ctx, std::uint64_t lease_id, std::uint64_t bytes);
 
 ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& frame);
 // Replies VERSION to a parked QUERY_VERSION (or, if the publisher stopped
 // with nothing newer, ERROR(kConnectionLost)).
-Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than);
+Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than, bool streaming = false);
+// The latest version a QUERY_VERSION reports (in-progress ones with streaming).
+std::uint64_t reported_version(const ServedState& state, bool streaming);
 
 }  // namespace weightsync::detail

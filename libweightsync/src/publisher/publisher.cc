@@ -18,6 +18,7 @@
 #include "net/socket.h"
 #include "net/unix_socket.h"
 #include "publisher/device_publish.h"
+#include "publisher/publisher_access.h"
 #include "publisher/server.h"
 #include "ring/slot_ring.h"
 #include "transport/ucx/ucx_transport.h"
@@ -78,6 +79,7 @@ class Publisher::Impl {
   Result<PublishResult> finish(const detail::Reservation& r, std::uint64_t version,
                                std::chrono::steady_clock::time_point start,
                                std::optional<std::uint64_t> checksum) {
+    if (!checksums) checksum.reset();  // a forwarded checksum is served only when checksums are on
     if (checksums && !checksum) checksum = checksum_of_slot(r.slot);
     ring->commit(r.slot, version, checksum);
     writer_open = false;
@@ -280,13 +282,17 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
       WS_INFO("publisher: UCX transport not offered: {}", started.message());
     }
   }
-  // Same-host shared memory: an abstract Unix socket with an unguessable name.
+  // Same-host shared memory: an abstract Unix socket with an unguessable name,
+  // offered with this host's identity (boot id + network namespace, or
+  // WEIGHTSYNC_HOST_ID; common/host_identity.h).
   detail::Socket local_listener;
-  const std::string host = detail::boot_id();
+  auto host_id = detail::host_identity();
+  if (!host_id.ok()) return host_id.status();
+  const std::string host = *host_id;
   const bool local_memory = cuda_slots || impl->ring->slot_region(0).shareable_by_descriptor();
   if (host.empty() || options.slots + 1 > detail::kMaxPassedFds || !local_memory) {
     WS_INFO("publisher: shared-memory transport not offered ({})",
-            host.empty() ? "no boot id"
+            host.empty() ? "no host identity: /proc/sys/kernel/random/boot_id or /proc/self/ns/net unreadable"
             : options.slots + 1 > detail::kMaxPassedFds
                 ? "more slots than descriptors one message can pass"
                 : "the slots were allocated by UCX (slot allocator 'ucx'), which cannot hand them out as "
@@ -323,7 +329,11 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
                   "CUDA slots are served by the cuda_ipc transport only, which needs same-host local sockets "
                   "(see above); use host slots (slot_memory = kHost)");
   }
-  if (!cuda_slots) offers.push_back(detail::TransportOffer{"tcp", {}});
+  // The tcp offer says this publisher understands the streaming extension
+  // (docs/protocol.md, "Streaming"); subscribers before it ignore the blob.
+  if (!cuda_slots) {
+    offers.push_back(detail::TransportOffer{"tcp", detail::TcpOffer{detail::kTcpFeatureStreaming}.encode()});
+  }
   detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
                             std::move(offers), nullptr,          nullptr};
   if (impl->verbs) {
@@ -653,5 +663,47 @@ Result<PublishResult> SlotWriter::commit() {
     return Status(ErrorCode::kInternal, std::string("SlotWriter::commit: ") + e.what());
   }
 }
+
+// ---- PublisherAccess (src/publisher/publisher_access.h) ----
+
+namespace detail {
+
+Result<PublishResult> PublisherAccess::commit_as(SlotWriter& writer, std::uint64_t version,
+                                                 std::optional<std::uint64_t> checksum) {
+  if (writer.owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
+  if (version < writer.version_) {
+    const std::uint64_t reserved = writer.version_;
+    writer.abandon();
+    return Status(ErrorCode::kInvalidArgument, "cannot commit version " + std::to_string(version) +
+                                                   " into a slot reserved for version " +
+                                                   std::to_string(reserved) + " (versions must increase)");
+  }
+  Publisher* owner = writer.owner_;
+  writer.owner_ = nullptr;
+  detail::Reservation r{writer.slot_, writer.revoked_, writer.data_};
+  try {
+    return owner->impl_->finish(r, version, writer.started_, checksum);
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, std::string("PublisherAccess::commit_as: ") + e.what());
+  }
+}
+
+Status PublisherAccess::begin_streaming(SlotWriter& writer, std::uint64_t version) {
+  if (writer.owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
+  Status s = writer.owner_->impl_->ring->begin_streaming(writer.slot_, version);
+  if (s.ok()) writer.version_ = version;
+  return s;
+}
+
+void PublisherAccess::advance_watermark(SlotWriter& writer, std::uint64_t bytes) {
+  if (writer.owner_ == nullptr) return;
+  writer.owner_->impl_->ring->advance_watermark(writer.slot_, bytes);
+}
+
+bool PublisherAccess::serves_checksums(const Publisher& publisher) {
+  return publisher.impl_->checksums;
+}
+
+}  // namespace detail
 
 }  // namespace weightsync

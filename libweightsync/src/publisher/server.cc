@@ -68,8 +68,12 @@ struct PublisherServer::Connection {
   std::uint64_t session = 0;  // the control session this connection belongs to
   bool owns_session = false;  // a control connection: its close ends the session
   bool busy = false;          // a worker has the socket
-  bool parked = false;        // a QUERY_VERSION waits for a newer version
+  bool parked = false;        // a QUERY_VERSION or WAIT_WATERMARK waits
   std::uint64_t park_newer_than = 0;
+  bool park_streaming = false;  // QUERY_VERSION: in-progress versions count
+  bool park_watermark = false;  // WAIT_WATERMARK (else QUERY_VERSION)
+  std::uint64_t park_lease = 0;
+  std::uint64_t park_bytes = 0;
   Clock::time_point park_until{};
   Clock::time_point handshake_until{};
   Clock::time_point last_activity{};
@@ -84,6 +88,10 @@ struct PublisherServer::Completion {
   bool close = false;
   bool park = false;
   std::uint64_t newer_than = 0;
+  bool streaming = false;
+  bool watermark = false;
+  std::uint64_t lease_id = 0;
+  std::uint64_t bytes = 0;
   std::chrono::milliseconds wait{0};
 };
 
@@ -333,7 +341,9 @@ void PublisherServer::on_readable(Connection* conn) {
     on_handshake_frame(conn, frame);
   } else if (conn->parked) {
     counters_.protocol_errors.fetch_add(1);
-    refuse(conn, ErrorCode::kProtocolError, "a request arrived while QUERY_VERSION was still waiting");
+    refuse(conn, ErrorCode::kProtocolError,
+           conn->park_watermark ? "a request arrived while WAIT_WATERMARK was still waiting"
+                                : "a request arrived while QUERY_VERSION was still waiting");
   } else {
     dispatch(conn, std::move(frame));
   }
@@ -481,13 +491,18 @@ void PublisherServer::dispatch_parked_answer(Connection* conn) {
   --parked_count_;
   conn->busy = true;
   const std::uint64_t newer_than = conn->park_newer_than;
-  Status posted = workers_.post([this, conn, newer_than] {
+  const bool streaming = conn->park_streaming;
+  const bool watermark = conn->park_watermark;
+  const std::uint64_t lease = conn->park_lease, bytes = conn->park_bytes;
+  Status posted = workers_.post([this, conn, newer_than, streaming, watermark, lease, bytes] {
     Completion done;
     done.id = conn->id;
     done.close = true;
     try {
       ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms};
-      done.close = !answer_version_query(ctx, newer_than).ok();
+      done.close = !(watermark ? answer_watermark(ctx, lease, bytes)
+                               : answer_version_query(ctx, newer_than, streaming))
+                        .ok();
     } catch (const std::exception& e) {
       WS_ERROR("publisher: answering {} failed: {}", conn->peer, e.what());
     }
@@ -517,6 +532,10 @@ void PublisherServer::finish_completions() {
       conn->parked = true;
       ++parked_count_;
       conn->park_newer_than = c.newer_than;
+      conn->park_streaming = c.streaming;
+      conn->park_watermark = c.watermark;
+      conn->park_lease = c.lease_id;
+      conn->park_bytes = c.bytes;
       conn->park_until = Clock::now() + c.wait;
       arm(conn);  // a peer that closes while waiting is noticed
     } else {
@@ -528,13 +547,26 @@ void PublisherServer::finish_completions() {
 void PublisherServer::resolve_parked() {
   if (parked_count_ == 0) return;
   const std::uint64_t latest = state_.ring->latest_version();
+  std::uint64_t streamable = 0;
+  bool streamable_known = false;
   const bool stopped = state_.ring->stopped();
   const Clock::time_point now = Clock::now();
   std::vector<Connection*> ready;
   for (auto& [id, conn] : connections_) {
-    if (conn->parked && (latest > conn->park_newer_than || now >= conn->park_until || stopped)) {
-      ready.push_back(conn.get());
+    if (!conn->parked) continue;
+    bool answer = now >= conn->park_until || stopped;
+    if (!answer && conn->park_watermark) {
+      answer = watermark_ready(state_, conn->session, conn->park_lease, conn->park_bytes);
+    } else if (!answer && conn->park_streaming) {
+      if (!streamable_known) {
+        streamable = state_.ring->latest_streamable();
+        streamable_known = true;
+      }
+      answer = streamable > conn->park_newer_than;
+    } else if (!answer) {
+      answer = latest > conn->park_newer_than;
     }
+    if (answer) ready.push_back(conn.get());
   }
   for (Connection* conn : ready) dispatch_parked_answer(conn);
 }
@@ -616,11 +648,13 @@ void PublisherServer::close_connection(Connection* conn) {
 
 void PublisherServer::watch_versions() {
   try {
-    std::uint64_t seen = state_.ring->latest_version();
+    // Commits, and for streaming readers also watermarks, new in-progress
+    // versions and abandons: every change of the ring's epoch wakes the loop.
+    std::uint64_t seen = state_.ring->change_epoch();
     while (!stopping_.load()) {
-      const std::uint64_t latest = state_.ring->wait_newer(seen, Deadline::after(std::chrono::seconds(1)));
-      if (latest > seen) {
-        seen = latest;
+      const std::uint64_t epoch = state_.ring->wait_change(seen, Deadline::after(std::chrono::seconds(1)));
+      if (epoch != seen) {
+        seen = epoch;
         wake();
       }
     }
@@ -669,6 +703,10 @@ void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
     done.close = outcome.bye;
     done.park = outcome.park;
     done.newer_than = outcome.newer_than;
+    done.streaming = outcome.streaming;
+    done.watermark = outcome.watermark;
+    done.lease_id = outcome.lease_id;
+    done.bytes = outcome.bytes;
     done.wait = outcome.wait;
   }
   if (!status.ok()) {

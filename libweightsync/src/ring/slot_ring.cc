@@ -1,6 +1,7 @@
 // SlotRing: slot choice, seqlock stamps and leases.
 #include "ring/slot_ring.h"
 
+#include <algorithm>
 #include <new>
 #include <string>
 
@@ -95,6 +96,9 @@ Result<Reservation> SlotRing::reserve(std::uint64_t version) {
   slot.writing = true;
   slot.version = 0;
   slot.has_checksum = false;
+  slot.pending = version;
+  slot.streaming = false;
+  slot.watermark = 0;
   // Seqlock write side. The release fence orders the odd stamp store before
   // every store that follows it, the slot bytes included: a reader that loads
   // any of those bytes and then runs an acquire fence (stamp_after) sees the
@@ -111,6 +115,9 @@ void SlotRing::commit(std::uint32_t slot_index, std::uint64_t version,
     std::lock_guard<std::mutex> lock(mu_);
     Slot& slot = slots_[slot_index];
     slot.writing = false;
+    slot.streaming = false;
+    slot.pending = 0;
+    slot.watermark = 0;
     slot.version = version;
     slot.has_checksum = checksum.has_value();
     slot.checksum = checksum.value_or(0);
@@ -118,27 +125,141 @@ void SlotRing::commit(std::uint32_t slot_index, std::uint64_t version,
     newest_ = static_cast<int>(slot_index);
     latest_version_ = version;
     ++counters_.published;
+    changed_locked();
   }
   committed_cv_.notify_all();
 }
 
 void SlotRing::abandon(std::uint32_t slot_index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& slot = slots_[slot_index];
+    // Streaming leases of the abandoned version: revoked, never delivered.
+    std::uint32_t expired = 0;
+    if (!slot.live.empty()) revoke_slot_locked(slot, Clock::now(), &expired);
+    slot.writing = false;
+    slot.streaming = false;
+    slot.pending = 0;
+    slot.watermark = 0;
+    slot.version = 0;
+    stamp(slot_index).store(0, std::memory_order_release);
+    changed_locked();
+  }
+  committed_cv_.notify_all();
+}
+
+Status SlotRing::begin_streaming(std::uint32_t slot_index, std::uint64_t version) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& slot = slots_[slot_index];
+    if (!slot.writing || slot.streaming) {
+      return Status(ErrorCode::kInvalidArgument, "begin_streaming: slot is not reserved, or already streaming");
+    }
+    if (version == 0 || version > (UINT64_MAX >> 1) || version <= latest_version_) {
+      return Status(ErrorCode::kInvalidArgument, "begin_streaming: version " + std::to_string(version) +
+                                                     " is not newer than the latest committed " +
+                                                     std::to_string(latest_version_.load()));
+    }
+    slot.pending = version;
+    slot.streaming = true;
+    slot.watermark = 0;
+    // Nobody can hold a lease on a slot being written before this point, so
+    // renumbering its odd stamp is invisible.
+    stamp(slot_index).store((version << 1) | 1, std::memory_order_release);
+    changed_locked();
+  }
+  committed_cv_.notify_all();
+  return Status();
+}
+
+void SlotRing::advance_watermark(std::uint32_t slot_index, std::uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& slot = slots_[slot_index];
+    if (!slot.streaming) return;
+    bytes = std::min<std::uint64_t>(bytes, slot_bytes_);
+    if (bytes <= slot.watermark) return;
+    // The mutex orders the writer's bytes before this store and a reader's
+    // load (stream_state) before its read of them.
+    slot.watermark = bytes;
+    changed_locked();
+  }
+  committed_cv_.notify_all();
+}
+
+std::uint64_t SlotRing::latest_streamable() const {
   std::lock_guard<std::mutex> lock(mu_);
-  Slot& slot = slots_[slot_index];
-  slot.writing = false;
-  slot.version = 0;
-  stamp(slot_index).store(0, std::memory_order_release);
+  std::uint64_t latest = latest_version_;
+  for (const Slot& s : slots_) {
+    if (s.streaming && s.pending > latest) latest = s.pending;
+  }
+  return latest;
+}
+
+Result<StreamState> SlotRing::stream_state(std::uint64_t session, std::uint64_t lease_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.session != session) {
+    return Status(ErrorCode::kInvalidArgument, "unknown lease");
+  }
+  const Lease& lease = it->second;
+  const Slot& slot = slots_[lease.slot];
+  if (lease.revoked) {
+    return Status(ErrorCode::kVersionRevoked, "version " + std::to_string(lease.version) +
+                                                  " was abandoned or taken back; pull again");
+  }
+  StreamState out;
+  const std::uint64_t now_stamp = stamp(lease.slot).load(std::memory_order_acquire);
+  if (!slot.writing && slot.version == lease.version && now_stamp == (lease.version << 1)) {
+    out.committed = true;
+    out.watermark = slot_bytes_;
+    out.has_checksum = slot.has_checksum;
+    out.checksum = slot.has_checksum ? slot.checksum : 0;
+    return out;
+  }
+  if (slot.streaming && slot.pending == lease.version && now_stamp == lease.stamp) {
+    out.watermark = slot.watermark;
+    return out;
+  }
+  return Status(ErrorCode::kVersionRevoked,
+                "slot " + std::to_string(lease.slot) + " no longer holds version " + std::to_string(lease.version));
+}
+
+std::uint64_t SlotRing::change_epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
+}
+
+std::uint64_t SlotRing::wait_change(std::uint64_t seen, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [&] { return stopping_ || epoch_ != seen; };
+  if (deadline.is_never()) {
+    committed_cv_.wait(lock, ready);
+  } else {
+    committed_cv_.wait_for(lock, std::chrono::milliseconds(deadline.poll_millis()), ready);
+  }
+  return epoch_;
 }
 
 std::uint64_t SlotRing::latest_version() const noexcept {
   return latest_version_.load();
 }
 
-Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_than) {
+Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_than, bool accept_streaming) {
   auto id = random_id();
   if (!id.ok()) return id.status();
   std::lock_guard<std::mutex> lock(mu_);
-  if (newest_ < 0 || latest_version_ <= newer_than) {
+  int streamed = -1;  // the newest streaming slot newer than every committed version
+  if (accept_streaming) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.streaming && s.pending > latest_version_ && s.pending > newer_than &&
+          (streamed < 0 || s.pending > slots_[streamed].pending)) {
+        streamed = static_cast<int>(i);
+      }
+    }
+  }
+  if (streamed < 0 && (newest_ < 0 || latest_version_ <= newer_than)) {
     return Status(ErrorCode::kNotReady, "no version newer than " + std::to_string(newer_than) +
                                             " is published yet (latest: " + std::to_string(latest_version_) +
                                             ")");
@@ -150,10 +271,12 @@ Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_
                                                    " leases; release one before acquiring another");
   }
   if (leases_.count(*id) != 0) return Status(ErrorCode::kBusy, "lease id collision; retry");
-  Slot& slot = slots_[newest_];
-  LeaseGrant grant{
-      *id,          slot.version, static_cast<std::uint32_t>(newest_), slot.version << 1, slot.has_checksum,
-      slot.checksum};
+  const int chosen = streamed >= 0 ? streamed : newest_;
+  Slot& slot = slots_[chosen];
+  LeaseGrant grant{*id, slot.version, static_cast<std::uint32_t>(chosen), slot.version << 1, slot.has_checksum,
+                   slot.checksum};
+  if (streamed >= 0) grant = LeaseGrant{*id, slot.pending, static_cast<std::uint32_t>(chosen),
+                                        (slot.pending << 1) | 1, false, 0};
   slot.live.insert(grant.lease_id);
   sessions_[session].push_back(grant.lease_id);
   leases_.emplace(grant.lease_id,

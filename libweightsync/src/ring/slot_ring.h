@@ -18,7 +18,18 @@
 // `lease_timeout` old (steady clock); otherwise kBusy. A revoked lease that
 // was at least `lease_timeout` old counts as expired as well as revoked.
 //
-// Threads: reserve/commit/abandon come from the publishing thread only; all
+// Streaming (docs/relays.md, "The pipelined chain"): a writer that writes
+// its slot once, in order, may expose the version it is writing with
+// begin_streaming(): that in-progress version (odd stamp) can then be leased
+// by acquire(accept_streaming = true) when it is newer than every committed
+// one, and advance_watermark() says how many leading bytes are final.
+// abandon() revokes the leases of an in-progress version; commit() turns
+// them into leases of the committed version (same slot, stamp version << 1).
+// Plain acquire() never sees an in-progress version. Every change (commit,
+// abandon, begin_streaming, watermark) bumps change_epoch() and wakes
+// wait_change().
+//
+// Threads: reserve/commit/abandon/begin_streaming/advance_watermark come from the publishing thread only; all
 // other methods from any thread. Metadata is guarded by one mutex; slot bytes
 // are written outside it. Never throws, except std::bad_alloc from the lease
 // tables.
@@ -61,6 +72,14 @@ struct RingStats {
   std::uint64_t active = 0;     // live (granted, not revoked, not released)
 };
 
+// The state of a (streaming) lease for WAIT_WATERMARK and bounded READs.
+struct StreamState {
+  std::uint64_t watermark = 0;  // readable leading bytes; slot_bytes once committed
+  bool committed = false;       // the slot holds the leased version, committed
+  bool has_checksum = false;
+  std::uint64_t checksum = 0;
+};
+
 struct Reservation {
   std::uint32_t slot = 0;
   std::uint32_t revoked = 0;  // leases taken back to free the slot
@@ -97,11 +116,31 @@ class SlotRing {
   Result<Reservation> reserve(std::uint64_t version);
   void commit(std::uint32_t slot, std::uint64_t version, std::optional<std::uint64_t> checksum);
   void abandon(std::uint32_t slot);
+  // Exposes the reserved slot's version to streaming readers, as `version`
+  // (> the latest committed; the writer learned it only now, so it may differ
+  // from the reserved one). kInvalidArgument otherwise.
+  Status begin_streaming(std::uint32_t slot, std::uint64_t version);
+  // The first `bytes` bytes of the slot are written for good (monotonic,
+  // capped at slot_bytes). A no-op unless the slot is streaming.
+  void advance_watermark(std::uint32_t slot, std::uint64_t bytes);
 
   // --- any thread ---
   std::uint64_t latest_version() const noexcept;
   // Leases the newest version if it is newer than `newer_than`; kNotReady if not.
-  Result<LeaseGrant> acquire(std::uint64_t session, std::uint64_t newer_than);
+  // With accept_streaming, an in-progress (streaming) version newer than the
+  // newest committed one is leased instead (odd stamp, no checksum).
+  Result<LeaseGrant> acquire(std::uint64_t session, std::uint64_t newer_than, bool accept_streaming = false);
+  // Newest committed version, or with streaming the newest streamable
+  // in-progress one if newer.
+  std::uint64_t latest_streamable() const;
+  // A lease's stream state: kVersionRevoked if revoked (an abandoned
+  // in-progress version included) or its slot no longer holds its version;
+  // kInvalidArgument if unknown.
+  Result<StreamState> stream_state(std::uint64_t session, std::uint64_t lease_id) const;
+  // Blocks until change_epoch() differs from `seen`, the deadline passes or
+  // stop(); returns the epoch.
+  std::uint64_t wait_change(std::uint64_t seen, Deadline deadline);
+  std::uint64_t change_epoch() const;
   // The lease, if it belongs to `session` and was not revoked. kVersionRevoked
   // if it was taken back; kInvalidArgument if unknown.
   Result<LeaseGrant> check_lease(std::uint64_t session, std::uint64_t lease_id) const;
@@ -128,6 +167,9 @@ class SlotRing {
     std::unordered_set<std::uint64_t> live;  // ids of its live (not revoked) leases
     bool has_checksum = false;
     std::uint64_t checksum = 0;
+    std::uint64_t pending = 0;     // the version being written (while writing)
+    bool streaming = false;        // writing, exposed to streaming readers
+    std::uint64_t watermark = 0;   // while streaming
   };
   struct Lease {
     std::uint64_t session = 0;
@@ -159,6 +201,8 @@ class SlotRing {
   std::condition_variable committed_cv_;
   bool stopping_ = false;
   int newest_ = -1;
+  std::uint64_t epoch_ = 0;  // bumped on every change streaming readers wait for
+  void changed_locked() { ++epoch_; }
   std::atomic<std::uint64_t> latest_version_{0};     // written under mu_, read lock-free
   std::unordered_map<std::uint64_t, Lease> leases_;  // live and revoked, until released
   // Each session's lease ids (live and revoked; at most kMaxLeasesPerSession).

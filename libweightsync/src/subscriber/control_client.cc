@@ -47,8 +47,10 @@ Result<SlotTableMsg> ControlClient::get_slot_table() {
   return SlotTableMsg::decode(frame->payload);
 }
 
-Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std::uint32_t wait_ms) {
-  auto frame = call(MsgType::kQueryVersion, QueryVersionMsg{newer_than, wait_ms}.encode(), MsgType::kVersion,
+Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std::uint32_t wait_ms,
+                                                   bool streaming) {
+  auto frame = call(MsgType::kQueryVersion, QueryVersionMsg{newer_than, wait_ms, streaming}.encode(),
+                    MsgType::kVersion,
                     static_cast<int>(wait_ms));
   if (!frame.ok()) return frame.status();
   auto msg = VersionMsg::decode(frame->payload);
@@ -56,10 +58,24 @@ Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std
   return msg->latest;
 }
 
-Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than) {
-  auto frame = call(MsgType::kAcquire, AcquireMsg{newer_than}.encode(), MsgType::kLease);
+Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than, bool streaming) {
+  auto frame = call(MsgType::kAcquire, AcquireMsg{newer_than, streaming}.encode(), MsgType::kLease);
   if (!frame.ok()) return frame.status();
-  return LeaseMsg::decode(frame->payload);
+  auto lease = LeaseMsg::decode(frame->payload);
+  if (lease.ok() && lease->streaming() && !streaming) {
+    return Status(ErrorCode::kProtocolError, "publisher leased an in-progress version that was not asked for");
+  }
+  return lease;
+}
+
+Result<WatermarkMsg> ControlClient::wait_watermark(std::uint64_t lease_id, std::uint64_t bytes) {
+  // The publisher answers within min(our I/O timeout, its own); the reply
+  // itself gets our I/O timeout on top.
+  const auto wait = static_cast<std::uint32_t>(io_timeout_ms_);
+  auto frame = call(MsgType::kWaitWatermark, WaitWatermarkMsg{lease_id, bytes, wait}.encode(),
+                    MsgType::kWatermark, io_timeout_ms_);
+  if (!frame.ok()) return frame.status();
+  return WatermarkMsg::decode(frame->payload);
 }
 
 Status ControlClient::release(std::uint64_t lease_id) {

@@ -24,9 +24,15 @@ class ControlClient {
   Result<WeightLayout> get_layout();
   Result<SlotTableMsg> get_slot_table();
   // Latest version; waits up to wait_ms for one newer than `newer_than`.
-  Result<std::uint64_t> query_version(std::uint64_t newer_than, std::uint32_t wait_ms);
-  // kNotReady when nothing newer than `newer_than` is published.
-  Result<LeaseMsg> acquire(std::uint64_t newer_than);
+  // streaming (only to a publisher that offers it): in-progress versions count.
+  Result<std::uint64_t> query_version(std::uint64_t newer_than, std::uint32_t wait_ms, bool streaming = false);
+  // kNotReady when nothing newer than `newer_than` is published. streaming:
+  // may lease an in-progress version (odd stamp); otherwise such a lease is
+  // a protocol error.
+  Result<LeaseMsg> acquire(std::uint64_t newer_than, bool streaming = false);
+  // WAIT_WATERMARK: the lease's stream state once the watermark reaches
+  // `bytes`, the version commits, or the publisher's bounded wait ends.
+  Result<WatermarkMsg> wait_watermark(std::uint64_t lease_id, std::uint64_t bytes);
   Status release(std::uint64_t lease_id);
   // TRANSPORT_CONNECT: exchanges a transport's connection blobs.
   Result<std::vector<std::uint8_t>> transport_connect(const std::string& transport,

@@ -3,6 +3,7 @@
 #include "weightsync/subscriber.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "common/checksum.h"
@@ -44,6 +45,7 @@ class Subscriber::Impl {
   std::unique_ptr<detail::DataChannel> channel;
   std::size_t slot_count = 0;
   bool checksums = false;
+  bool streaming_offered = false;  // the publisher's tcp offer has kTcpFeatureStreaming
   SubscriberOptions options;
   int io_timeout_ms = 10000;
   std::uint64_t held_version = 0;
@@ -149,7 +151,12 @@ class Subscriber::Impl {
     return plan;
   }
 
-  // One attempt: lease, read, release, verify.
+  // Whether this subscriber pulls in-progress versions (accept_streaming,
+  // offered, tcp). Other transports read one-sidedly: whole versions only.
+  bool streaming() const {
+    return options.accept_streaming && streaming_offered && std::string(channel->name()) == "tcp";
+  }
+
   // The staging engine for device destinations, made once.
   Status ensure_staging() {
     if (staging) return Status();
@@ -161,9 +168,10 @@ class Subscriber::Impl {
     return Status();
   }
 
+  // One attempt: lease, read, release, verify.
   Result<PullResult> attempt(const std::vector<detail::ReadPiece>& plan, std::uint64_t newer_than,
                              const PullOptions& pull_options, detail::StreamHasher& hasher, bool staged) {
-    auto lease = note(control.acquire(newer_than));
+    auto lease = note(control.acquire(newer_than, streaming() && !staged));
     if (!lease.ok()) return lease.status();
     if (lease->slot >= slot_count) {
       Status bad(ErrorCode::kProtocolError, "publisher leased slot " + std::to_string(lease->slot) + " of " +
@@ -172,6 +180,8 @@ class Subscriber::Impl {
       return bad;
     }
     hasher.reset();
+    if (pull_options.on_start) pull_options.on_start(lease->version, lease->streaming());
+    if (lease->streaming()) return attempt_streaming(*lease, plan, pull_options, hasher);
     std::uint64_t received = 0;
     const std::uint64_t total = layout.payload_bytes();
     const bool hashing = lease->has_checksum && options.verify_checksum;
@@ -211,7 +221,106 @@ class Subscriber::Impl {
                           " does not match the publisher's (corrupted in transit)");
       }
       out.checksum_verified = true;
+      out.checksum = lease->checksum;
     }
+    return out;
+  }
+
+  // A streaming lease (docs/relays.md, "The pipelined chain"): read the plan
+  // in pieces, each only below the watermark the publisher reported, then
+  // require that the same slot holds the leased version committed and the
+  // lease was never revoked, then verify the committed checksum.
+  Result<PullResult> attempt_streaming(const detail::LeaseMsg& lease, const std::vector<detail::ReadPiece>& plan,
+                                       const PullOptions& pull_options, detail::StreamHasher& hasher) {
+    std::uint64_t received = 0;
+    const std::uint64_t total = layout.payload_bytes();
+    const bool hashing = checksums && options.verify_checksum;
+    std::uint64_t end = 0;
+    for (const auto& p : plan) end = std::max(end, p.slot_offset + p.length);
+    std::vector<detail::ReadPiece> step;
+    detail::ReadRequest request;
+    request.lease_id = lease.lease_id;
+    request.slot = lease.slot;
+    request.stamp = lease.stamp;
+    request.plan = &step;
+    request.stall_ms = io_timeout_ms;
+    request.peer_alive = [this] { return control.peer_alive(); };
+    request.hashing = hashing;
+    request.on_bytes = [&](const void* p, std::size_t n) {
+      if (hashing) hasher.update(p, n);
+      received += n;
+      if (pull_options.on_progress) pull_options.on_progress(received, total);
+    };
+    Status failure;
+    std::size_t next = 0;        // the plan piece being read
+    std::uint64_t piece_done = 0;  // of it, bytes already read
+    std::uint64_t pos = 0;       // every plan byte below this slot offset was read
+    while (pos < end && failure.ok()) {
+      auto mark = control.wait_watermark(lease.lease_id, pos + 1);
+      if (!mark.ok()) {
+        // The publisher closes the control connection after any refusal but a revoked version.
+        note_status(mark.status(), mark.status().code() != ErrorCode::kVersionRevoked);
+        failure = mark.status();
+        break;
+      }
+      const std::uint64_t limit = mark->committed ? end : std::min(mark->watermark, end);
+      if (limit <= pos) {
+        failure = Status(ErrorCode::kVersionRevoked, "in-progress version " + std::to_string(lease.version) +
+                                                         " made no progress within the I/O timeout");
+        break;
+      }
+      step.clear();
+      while (next < plan.size() && plan[next].slot_offset + piece_done < limit) {
+        const detail::ReadPiece& p = plan[next];
+        const std::uint64_t to = std::min(p.slot_offset + p.length, limit);
+        const std::uint64_t from = p.slot_offset + piece_done;
+        step.push_back(detail::ReadPiece{from, to - from, static_cast<char*>(p.dest) + piece_done});
+        piece_done += to - from;
+        if (piece_done == p.length) {
+          ++next;
+          piece_done = 0;
+        }
+      }
+      pos = limit;
+      if (step.empty()) continue;
+      auto stamp_after = channel->read(request);
+      if (!stamp_after.ok()) {
+        note_status(stamp_after.status(), stamp_after.status().code() != ErrorCode::kVersionRevoked);
+        failure = stamp_after.status();
+      } else if (*stamp_after != lease.stamp && *stamp_after != (lease.version << 1)) {
+        failure = Status(ErrorCode::kVersionRevoked, "slot of in-progress version " + std::to_string(lease.version) +
+                                                         " was rewritten during the read (discarded)");
+      }
+    }
+    // The end: committed whole in the same slot, lease never revoked.
+    std::optional<detail::WatermarkMsg> final_state;
+    if (failure.ok()) {
+      auto mark = control.wait_watermark(lease.lease_id, detail::WaitWatermarkMsg::kWaitForCommit);
+      if (!mark.ok()) {
+        note_status(mark.status(), mark.status().code() != ErrorCode::kVersionRevoked);
+        failure = mark.status();
+      } else if (!mark->committed) {
+        failure = Status(ErrorCode::kVersionRevoked, "in-progress version " + std::to_string(lease.version) +
+                                                         " was not committed within the I/O timeout");
+      } else {
+        final_state = *mark;
+      }
+    }
+    if (sticky.ok()) note_status(control.release(lease.lease_id));
+    if (!failure.ok()) return failure;
+    PullResult out;
+    out.version = lease.version;
+    out.bytes = received;
+    if (hashing && final_state->has_checksum) {
+      if (hasher.digest() != final_state->checksum) {
+        return Status(ErrorCode::kChecksumMismatch,
+                      "checksum of version " + std::to_string(lease.version) +
+                          " does not match the publisher's (corrupted in transit)");
+      }
+      out.checksum_verified = true;
+      out.checksum = final_state->checksum;
+    }
+    ++stats.streamed_pulls;
     return out;
   }
 };
@@ -266,6 +375,11 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;
   impl->checksums = table->checksums;
+  for (const auto& offer : table->transports) {
+    if (offer.name != "tcp") continue;
+    auto tcp = detail::TcpOffer::decode(offer.blob);  // a malformed one: no features
+    impl->streaming_offered = tcp.ok() && (tcp->features & detail::kTcpFeatureStreaming) != 0;
+  }
   impl->io_timeout_ms = io_timeout->value;
   impl->options = std::move(options);
   WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {})", address,
@@ -274,6 +388,26 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());
+}
+
+Result<std::unique_ptr<Subscriber>> Subscriber::connect_any(const std::vector<std::string>& addresses,
+                                                            SubscriberOptions options) try {
+  if (addresses.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "connect_any() needs at least one address");
+  }
+  std::string reasons;
+  Status last;
+  for (const auto& address : addresses) {
+    auto connected = connect(address, options);
+    if (connected.ok()) return connected;
+    last = connected.status();
+    WS_INFO("subscriber: {} not usable ({}); trying the next source", address, last.to_string());
+    if (!reasons.empty()) reasons += "; ";
+    reasons += address + ": " + last.message();
+  }
+  return Status(last.code(), "no source could be connected (" + reasons + ")");
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::connect_any: ") + e.what());
 }
 
 const WeightLayout& Subscriber::layout() const noexcept {
@@ -303,7 +437,7 @@ Status Subscriber::status() const {
 
 Result<std::uint64_t> Subscriber::latest_version() try {
   if (!impl_->sticky.ok()) return impl_->sticky;
-  return impl_->note(impl_->control.query_version(0, 0));
+  return impl_->note(impl_->control.query_version(0, 0, impl_->streaming()));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::latest_version: ") + e.what());
 }
@@ -312,7 +446,7 @@ Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
                                                    std::chrono::milliseconds timeout) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
   const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
-  auto latest = impl_->note(impl_->control.query_version(newer_than, wait));
+  auto latest = impl_->note(impl_->control.query_version(newer_than, wait, impl_->streaming()));
   if (!latest.ok()) return latest;
   if (*latest <= newer_than) {
     return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +

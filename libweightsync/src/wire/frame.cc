@@ -30,6 +30,8 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kTransportConnect: return "TRANSPORT_CONNECT";
     case MsgType::kTransportAccept: return "TRANSPORT_ACCEPT";
     case MsgType::kCudaIpcRegions: return "CUDA_IPC_REGIONS";
+    case MsgType::kWaitWatermark: return "WAIT_WATERMARK";
+    case MsgType::kWatermark: return "WATERMARK";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

@@ -47,6 +47,8 @@ enum class MsgType : std::uint16_t {
   kTransportConnect = 24,
   kTransportAccept = 25,
   kCudaIpcRegions = 26,
+  kWaitWatermark = 27,
+  kWatermark = 28,
   kBye = 30,
 };
 

@@ -168,13 +168,19 @@ std::vector<std::uint8_t> QueryVersionMsg::encode() const {
   ByteWriter w;
   w.u64(newer_than);
   w.u32(wait_ms);
+  if (accept_streaming) w.u8(1);
   return w.take();
 }
 
 Result<QueryVersionMsg> QueryVersionMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   QueryVersionMsg m;
-  if (!r.u64(&m.newer_than) || !r.u32(&m.wait_ms) || !finish(r)) return malformed("QUERY_VERSION");
+  if (!r.u64(&m.newer_than) || !r.u32(&m.wait_ms)) return malformed("QUERY_VERSION");
+  if (r.remaining() > 0) {
+    // The streaming flag: present only when set (one encoding per value).
+    if (!read_flag(r, &m.accept_streaming) || !m.accept_streaming) return malformed("QUERY_VERSION (flag)");
+  }
+  if (!finish(r)) return malformed("QUERY_VERSION");
   return m;
 }
 
@@ -194,13 +200,18 @@ Result<VersionMsg> VersionMsg::decode(const std::vector<std::uint8_t>& p) {
 std::vector<std::uint8_t> AcquireMsg::encode() const {
   ByteWriter w;
   w.u64(newer_than);
+  if (accept_streaming) w.u8(1);
   return w.take();
 }
 
 Result<AcquireMsg> AcquireMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   AcquireMsg m;
-  if (!r.u64(&m.newer_than) || !finish(r)) return malformed("ACQUIRE");
+  if (!r.u64(&m.newer_than)) return malformed("ACQUIRE");
+  if (r.remaining() > 0) {
+    if (!read_flag(r, &m.accept_streaming) || !m.accept_streaming) return malformed("ACQUIRE (flag)");
+  }
+  if (!finish(r)) return malformed("ACQUIRE");
   return m;
 }
 
@@ -222,7 +233,68 @@ Result<LeaseMsg> LeaseMsg::decode(const std::vector<std::uint8_t>& p) {
       !read_flag(r, &m.has_checksum) || !r.u64(&m.checksum) || !finish(r)) {
     return malformed("LEASE");
   }
-  if (m.version == 0 || m.stamp != (m.version << 1)) return malformed("LEASE (stamp)");
+  if (m.version == 0 || m.version > (UINT64_MAX >> 1) || (m.stamp >> 1) != m.version) {
+    return malformed("LEASE (stamp)");
+  }
+  if (m.streaming() && (m.has_checksum || m.checksum != 0)) return malformed("LEASE (streaming checksum)");
+  return m;
+}
+
+std::vector<std::uint8_t> WaitWatermarkMsg::encode() const {
+  ByteWriter w;
+  w.u64(lease_id);
+  w.u64(bytes);
+  w.u32(wait_ms);
+  return w.take();
+}
+
+Result<WaitWatermarkMsg> WaitWatermarkMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  WaitWatermarkMsg m;
+  if (!r.u64(&m.lease_id) || !r.u64(&m.bytes) || !r.u32(&m.wait_ms) || !finish(r)) {
+    return malformed("WAIT_WATERMARK");
+  }
+  return m;
+}
+
+std::vector<std::uint8_t> WatermarkMsg::encode() const {
+  ByteWriter w;
+  w.u64(watermark);
+  w.u8(committed ? 1 : 0);
+  w.u8(has_checksum ? 1 : 0);
+  w.u64(checksum);
+  return w.take();
+}
+
+Result<WatermarkMsg> WatermarkMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  WatermarkMsg m;
+  if (!r.u64(&m.watermark) || !read_flag(r, &m.committed) || !read_flag(r, &m.has_checksum) ||
+      !r.u64(&m.checksum) || !finish(r)) {
+    return malformed("WATERMARK");
+  }
+  // A checksum exists only for a committed version.
+  if (!m.committed && (m.has_checksum || m.checksum != 0)) return malformed("WATERMARK (checksum)");
+  if (!m.has_checksum && m.checksum != 0) return malformed("WATERMARK (checksum)");
+  return m;
+}
+
+std::vector<std::uint8_t> TcpOffer::encode() const {
+  if (features == 0) return {};
+  ByteWriter w;
+  w.u16(kVersion);
+  w.u32(features);
+  return w.take();
+}
+
+Result<TcpOffer> TcpOffer::decode(const std::vector<std::uint8_t>& p) {
+  TcpOffer m;
+  if (p.empty()) return m;
+  ByteReader r(p.data(), p.size());
+  std::uint16_t version = 0;
+  if (!r.u16(&version) || version != kVersion || !r.u32(&m.features) || !finish(r)) {
+    return malformed("tcp offer");
+  }
   return m;
 }
 

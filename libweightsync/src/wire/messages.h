@@ -88,9 +88,14 @@ struct SlotTableMsg {
   static Result<SlotTableMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
+// The streaming extension (docs/protocol.md, "Streaming"): only a subscriber
+// whose publisher's tcp offer advertises kTcpFeatureStreaming sends the
+// trailing `accept_streaming` flag (QUERY_VERSION, ACQUIRE) or
+// WAIT_WATERMARK; without it the messages are exactly the original ones.
 struct QueryVersionMsg {
   std::uint64_t newer_than = 0;
   std::uint32_t wait_ms = 0;  // 0: answer at once
+  bool accept_streaming = false;  // count versions still being written (encoded only when set)
   std::vector<std::uint8_t> encode() const;
   static Result<QueryVersionMsg> decode(const std::vector<std::uint8_t>& p);
 };
@@ -103,6 +108,7 @@ struct VersionMsg {
 
 struct AcquireMsg {
   std::uint64_t newer_than = 0;
+  bool accept_streaming = false;  // may lease an in-progress version (encoded only when set)
   std::vector<std::uint8_t> encode() const;
   static Result<AcquireMsg> decode(const std::vector<std::uint8_t>& p);
 };
@@ -114,6 +120,10 @@ struct LeaseMsg {
   std::uint64_t stamp = 0;
   bool has_checksum = false;
   std::uint64_t checksum = 0;
+  // An odd stamp ((version << 1) | 1): a streaming lease of an in-progress
+  // version, granted only to an ACQUIRE with accept_streaming; it never
+  // carries a checksum (WATERMARK does, once committed).
+  bool streaming() const noexcept { return (stamp & 1) != 0; }
   std::vector<std::uint8_t> encode() const;
   static Result<LeaseMsg> decode(const std::vector<std::uint8_t>& p);
 };
@@ -148,6 +158,43 @@ struct DataEndMsg {
   std::uint64_t stamp_after = 0;
   std::vector<std::uint8_t> encode() const;
   static Result<DataEndMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// WAIT_WATERMARK (control): wait until lease's slot holds its first `bytes`
+// bytes (the watermark reaches `bytes`), the version is committed, or the
+// version is abandoned (ERROR(kVersionRevoked)), or min(wait_ms, the
+// publisher's I/O timeout) passed. bytes == kWaitForCommit waits for the
+// commit only.
+struct WaitWatermarkMsg {
+  static constexpr std::uint64_t kWaitForCommit = UINT64_MAX;
+  std::uint64_t lease_id = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t wait_ms = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<WaitWatermarkMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// WATERMARK: the answer. committed: the slot holds the leased version
+// committed (stamp version << 1), lease not revoked; watermark is then the
+// slot size, and has_checksum/checksum are the committed version's.
+struct WatermarkMsg {
+  std::uint64_t watermark = 0;
+  bool committed = false;
+  bool has_checksum = false;
+  std::uint64_t checksum = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<WatermarkMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// The "tcp" offer blob in SLOT_TABLE. Empty (publishers before streaming,
+// and any publisher without features): no features. Else version 1 and a
+// feature mask; unknown feature bits are ignored.
+inline constexpr std::uint32_t kTcpFeatureStreaming = 1u;
+struct TcpOffer {
+  static constexpr std::uint16_t kVersion = 1;
+  std::uint32_t features = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<TcpOffer> decode(const std::vector<std::uint8_t>& p);
 };
 
 // TRANSPORT_CONNECT / TRANSPORT_ACCEPT: a data transport that needs

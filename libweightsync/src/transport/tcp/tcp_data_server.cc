@@ -66,7 +66,27 @@ Status serve_tcp_read(const Socket& socket, SlotRing& ring, std::uint64_t sessio
     return reply_error(socket, ErrorCode::kInvalidArgument, "READ names a lease this session does not hold",
                        io(), kPeer);
   }
-  if (ring.stamp_before(lease->slot) != lease->stamp) {
+  const bool streaming = (lease->stamp & 1) != 0;
+  if (streaming) {
+    // A streaming lease reads only below the watermark: bytes the relay has
+    // not written yet are never sent (docs/consistency.md).
+    auto state = ring.stream_state(session, read->lease_id);
+    if (!state.ok()) {
+      return write_frame(socket, MsgType::kError,
+                         ErrorMsg{ErrorCode::kVersionRevoked, state.status().message()}.encode(), io(), kPeer);
+    }
+    for (const auto& range : read->ranges) {
+      if (range.offset + range.length > state->watermark) {
+        return reply_error(socket, ErrorCode::kInvalidArgument,
+                           "READ range [" + std::to_string(range.offset) + ", +" + std::to_string(range.length) +
+                               ") is above the in-progress version's watermark (" +
+                               std::to_string(state->watermark) + " bytes written)",
+                           io(), kPeer);
+      }
+    }
+  }
+  const std::uint64_t before = ring.stamp_before(lease->slot);
+  if (before != lease->stamp && !(streaming && before == (lease->version << 1))) {
     return write_frame(
         socket, MsgType::kError,
         ErrorMsg{ErrorCode::kVersionRevoked, "slot was rewritten before the read; pull again"}.encode(), io(),
