@@ -8,6 +8,7 @@
 #include "algorithms/advantages.h"
 #include "channel/group_channel.h"
 #include "loop/policy_weights.h"
+#include "generator/weight_source.h"
 #include "weightsync/subscriber.h"
 #include "zorplex/tasks.h"
 
@@ -36,36 +37,41 @@ GeneratorLoop::~GeneratorLoop() = default;
 
 zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
   const auto deadline = Clock::now() + options_.trainer_timeout;
-  weightsync::SubscriberOptions subscriber_options;
-  subscriber_options.secret = options_.secret;
-  subscriber_options.transport = options_.transport;
-  subscriber_options.client_name = "generator-" + std::to_string(options_.id);
+  if (!source_) {
+    WeightSourceOptions source;
+    source.upstreams = options_.weights_addresses;
+    source.relay_bind = options_.relay_bind;
+    source.relay_address_file = options_.relay_address_file;
+    source.subscriber.secret = options_.secret;
+    source.subscriber.transport = options_.transport;
+    source.subscriber.client_name = "generator-" + std::to_string(options_.id);
+    source_ = std::make_unique<WeightSource>(std::move(source));
+  }
   std::string last_error;
   while (!stop.load()) {
-    auto subscriber = weightsync::Subscriber::connect(options_.weights_address, subscriber_options);
+    auto subscriber = source_->connect();
     if (subscriber.ok()) {
       const std::string mismatch = loop::layout_mismatch(subscriber.value()->layout(), model_.config());
       if (!mismatch.empty()) return zorplex::Error{mismatch};
       subscriber_ = std::move(subscriber).value();
-      std::printf("generator %u: connected to the trainer at %s (transport %s)\n", options_.id,
-                  options_.weights_address.c_str(), subscriber_->transport().c_str());
+      std::printf("generator %u: connected to %s (transport %s)\n", options_.id, source_->describe().c_str(),
+                  subscriber_->transport().c_str());
       std::fflush(stdout);
       return true;
     }
     const weightsync::Status& status = subscriber.status();
     if (status.action() == weightsync::Action::kFixConfiguration ||
         status.action() == weightsync::Action::kFixCall) {
-      return zorplex::Error{"cannot connect to the trainer at " + options_.weights_address + ": " +
-                            status.message()};
+      return zorplex::Error{"cannot connect to " + source_->describe() + ": " + status.message()};
     }
     if (last_error.empty()) {
-      std::printf("generator %u: waiting for the trainer at %s (%s)\n", options_.id,
-                  options_.weights_address.c_str(), status.message().c_str());
+      std::printf("generator %u: waiting for %s (%s)\n", options_.id, source_->describe().c_str(),
+                  status.message().c_str());
       std::fflush(stdout);
     }
     last_error = status.message();
     if (Clock::now() >= deadline) {
-      return zorplex::Error{"no trainer at " + options_.weights_address + " for " +
+      return zorplex::Error{"nothing to pull from at " + source_->describe() + " for " +
                             std::to_string(options_.trainer_timeout.count()) + " s (last error: " +
                             last_error + "); start the trainer first or check --trainer"};
     }
@@ -183,6 +189,8 @@ zorplex::Result<bool> GeneratorLoop::send(const algorithms::TrajectoryGroup& gro
   const auto deadline = Clock::now() + options_.trainer_timeout;
   while (!stop.load()) {
     auto sent = sender_->send(group);
+    // A stop signal may interrupt the send (EINTR): that is a stop, not a failure.
+    if (!sent && stop.load()) return false;
     if (!sent) return zorplex::Error{"sending trajectories: " + sent.error().message};
     if (sent.value()) return true;
     if (Clock::now() >= deadline) {

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/replay_buffer.h"
 #include "loop/run_log.h"
@@ -54,8 +55,16 @@ class GroupSender;
 
 namespace generator {
 
+class WeightSource;
+
 struct GeneratorOptions {
-  std::string weights_address;      // the trainer's Publisher, host:port
+  // The trainer's Publisher (or relays), host:port, in order of preference:
+  // a lost source is replaced by the next that answers.
+  std::vector<std::string> weights_addresses;
+  // "HOST[:PORT]": also serve the weights to other generators from a relay
+  // at this address (generator/weight_source.h); empty: no relay.
+  std::string relay_bind;
+  std::string relay_address_file;  // the relay's address is written here once it serves
   std::string trajectory_endpoint;  // the trainer's GroupReceiver, tcp://host:port
   std::string secret;
   std::uint32_t id = 0;
@@ -115,6 +124,7 @@ class GeneratorLoop {
   policy::PromptFormat format_;
   loop::JsonlFile* metrics_;
   loop::Timeline timeline_;
+  std::unique_ptr<WeightSource> source_;
   std::unique_ptr<weightsync::Subscriber> subscriber_;
   std::unique_ptr<channel::GroupSender> sender_;
   std::uint64_t version_ = 0;  // the version in the model's buffer; 0 before the first pull

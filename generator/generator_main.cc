@@ -3,7 +3,8 @@
 // episodes with it, and sends them to the trainer (ZeroMQ, see
 // docs/rl_protocol.md).
 //
-//   generator --trainer HOST:PORT --trajectories tcp://HOST:PORT --checkpoint FILE
+//   generator --trainer HOST:PORT[,HOST:PORT...] --trajectories tcp://HOST:PORT --checkpoint FILE
+//             [--relay HOST[:PORT] [--relay-address-file FILE]]
 //             [--id K] [--mode sync|async] [--prompts P] [--group-size G] [--device cpu|cuda] ...
 //
 // --checkpoint is the trainer's starting policy file: it gives the model's
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "generator/generator_loop.h"
+#include "generator/weight_source.h"
 #include "loop/device.h"
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
@@ -58,8 +60,16 @@ int main(int argc, char** argv) try {
       "RL rollout worker: pulls the trainer's newest policy through libweightsync, rolls out Zorplex "
       "episodes "
       "and sends them to the trainer. Started by scripts/rl-run.sh; see docs/rl_loop.md."};
-  app.add_option("--trainer", options.weights_address, "The trainer's weight publisher, host:port")
+  std::string trainer_addresses;
+  app.add_option("--trainer", trainer_addresses,
+                 "The trainer's weight publisher, host:port; or a comma-separated list of sources (the "
+                 "trainer, relays) tried in order, the next one taking over when one is lost")
       ->required();
+  app.add_option("--relay", options.relay_bind,
+                 "Also serve the weights to other generators: run a relay at HOST[:PORT] that pulls from "
+                 "--trainer (docs/relays.md); this generator then pulls from its own relay");
+  app.add_option("--relay-address-file", options.relay_address_file,
+                 "Write the relay's host:port here once it serves (with --relay)");
   app.add_option("--trajectories", options.trajectory_endpoint,
                  "The trainer's trajectory endpoint, tcp://host:port")
       ->required();
@@ -102,6 +112,15 @@ int main(int argc, char** argv) try {
   if (device.value().is_cuda()) {
     std::printf("generator %u: policy on %s\n", options.id, loop::describe_device(device.value()).c_str());
     std::fflush(stdout);
+  }
+  options.weights_addresses = generator::split_addresses(trainer_addresses);
+  if (options.weights_addresses.empty()) {
+    std::fprintf(stderr, "generator: --trainer: give at least one host:port\n");
+    return 2;
+  }
+  if (!options.relay_address_file.empty() && options.relay_bind.empty()) {
+    std::fprintf(stderr, "generator: --relay-address-file needs --relay\n");
+    return 2;
   }
   options.sync = mode == "sync";
   options.trainer_timeout = std::chrono::seconds(trainer_timeout_s);

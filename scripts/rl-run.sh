@@ -7,7 +7,7 @@
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--resume]
-#          [--hosts [--host-rate RATE]] [-- more trainer options]
+#          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
 # --hosts: the same run across hosts of a test bed on this machine
@@ -15,7 +15,11 @@
 # to its address, generator K in host K+1, all on the per-run secret; weights
 # then go over tcp between network namespaces, never shm. --host-rate caps
 # every host's link in both directions (e.g. 1gbit). The bed is removed when
-# the run ends, however it ends.
+# the run ends, however it ends. --topology (with --hosts): flat (default) has
+# every generator pull from the trainer; chain and treeK (e.g. tree2) make
+# generators relays (generator --relay, docs/relays.md): in a chain generator K
+# pulls from generator K-1's relay, in a tree of fan-out K from its parent's;
+# each falls back to the trainer if its relay is lost.
 # Across real hosts run the same two executables yourself: see docs/rl_loop.md.
 # Unless WEIGHTSYNC_SECRET is set, every process of the run gets a random
 # per-run secret, also written to DIR/secret (mode 0600) so you can attach
@@ -26,7 +30,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate=""
+device=cpu hosts="" host_rate="" topology=flat
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
     --resume) resume="--resume"; shift ;;
     --hosts) hosts=1; shift ;;
     --host-rate) host_rate="$2"; shift 2 ;;
+    --topology) topology="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "rl-run: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -53,6 +58,13 @@ for tool in trainer generator; do
   [ -x "$build/bin/$tool" ] || { echo "rl-run: $build/bin/$tool is missing; run scripts/build.sh --target trainer generator" >&2; exit 2; }
 done
 [ -z "$host_rate" ] || [ -n "$hosts" ] || { echo "rl-run: --host-rate needs --hosts" >&2; exit 2; }
+case "$topology" in
+  flat) fanout=0 ;;
+  chain) fanout=1 ;;
+  tree[1-9]*) fanout="${topology#tree}" ;;
+  *) echo "rl-run: --topology must be flat, chain or treeK (e.g. tree2), not '$topology'" >&2; exit 2 ;;
+esac
+[ "$topology" = flat ] || [ -n "$hosts" ] || { echo "rl-run: --topology $topology needs --hosts" >&2; exit 2; }
 # on_host I CMD...: CMD in host I of the bed (--hosts), else here.
 on_host=()
 trainer_bind=()
@@ -121,10 +133,27 @@ done
 weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$out/address.json")
 trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$out/address.json")
 
+# Relays (--topology chain|treeK): node 0 is the trainer, node K+1 generator
+# K; node n's parent is node (n-1)/fanout; a generator with children relays on
+# its host's address at a fixed port.
+relay_port=29600
 for id in $(seq 0 $((generators - 1))); do
-  (run_on $((id + 1)) "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$start" \
+  node=$((id + 1))
+  sources="$weights"
+  relay=()
+  if [ "$fanout" -gt 0 ]; then
+    parent=$(((node - 1) / fanout))
+    if [ "$parent" -gt 0 ]; then
+      sources="$("$WS_TESTBED_SCRIPT" addr "$WS_TESTBED" "$parent"):$relay_port,$weights"
+    fi
+    if [ $((node * fanout + 1)) -le "$generators" ]; then
+      relay=(--relay "$("$WS_TESTBED_SCRIPT" addr "$WS_TESTBED" "$node"):$relay_port")
+    fi
+  fi
+  (run_on "$node" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out") >> "$out/generator-$id.log" 2>&1 &
+    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" "${relay[@]}") \
+    >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done
 
