@@ -17,6 +17,7 @@ packages=(
   libzmq3-dev cppzmq-dev             # ZeroMQ: the generator -> trainer trajectory channel
   gnuplot-nox                        # weightsync-bench --plot
   ucx-utils iperf3                   # ucx_perftest and iperf3: the bench's same-run baselines
+  iproute2                           # ip and tc: the multi-host test bed (scripts/testbed.sh)
   openmpi-bin libopenmpi-dev         # MPI_Bcast: weightsync-bench fanout's baseline (bench/mpi_bcast.c)
   libtorch-dev libopenblas0-pthread  # the RL policy (rl/policy); OpenBLAS, or libtorch is ~30x slower
   "$@"
