@@ -30,6 +30,7 @@ struct FanoutConfig {
   std::string out_dir;                 // "" : print only
   std::vector<std::string> baselines;  // "iperf3", "stream", "mpi"
   double iperf3_seconds = 3.0;
+  std::uint64_t relay_chunk = 0;  // RelayOptions::chunk_bytes; 0: the library's default
   std::string command_line;
 };
 
@@ -110,7 +111,7 @@ int run_fanout(const FanoutConfig& config);
 int run_fanout_publisher(const std::string& bind, std::uint64_t size);
 int run_fanout_subscriber(const std::string& upstream, std::uint64_t size, const std::string& transport);
 int run_fanout_relay(const std::string& upstream, const std::string& bind, const std::string& transport,
-                     bool pipelined);
+                     bool pipelined, std::uint64_t chunk_bytes);
 bool fanout_relays_built(std::string* why);
 int run_fanout_stream_receiver(const std::string& bind);
 int run_fanout_stream_sender(const std::string& peer);

@@ -96,6 +96,8 @@ FanoutCli::FanoutCli(CLI::App& app) {
   fanout_->add_option("--iperf3-seconds", config_.iperf3_seconds, "iperf3 run length")
       ->check(CLI::Range(1.0, 60.0))
       ->capture_default_str();
+  fanout_->add_option("--relay-chunk", relay_chunk_,
+                      "Relays' forwarding chunk (RelayOptions::chunk_bytes; B, KiB, MiB); default: the library's");
   fanout_->add_option("--testbed-script", config_.testbed_script,
                       "scripts/testbed.sh (default: found above this executable, else in its source tree)");
 
@@ -112,6 +114,7 @@ FanoutCli::FanoutCli(CLI::App& app) {
   relay_->add_option("--bind", bind_)->required();
   relay_->add_option("--transport", transport_);
   relay_->add_flag("--no-pipeline", no_pipeline_);
+  relay_->add_option("--chunk", chunk_);
   stream_recv_ = app.add_subcommand("fanout-stream-recv", "")->group("");
   stream_recv_->add_option("--bind", bind_)->required();
   stream_send_ = app.add_subcommand("fanout-stream-send", "")->group("");
@@ -121,7 +124,7 @@ FanoutCli::FanoutCli(CLI::App& app) {
 std::optional<int> FanoutCli::run(const std::string& self_exe, const std::string& command_line) {
   if (*publisher_) return run_fanout_publisher(bind_, std::stoull(size_));
   if (*subscriber_) return run_fanout_subscriber(upstream_, std::stoull(size_), transport_);
-  if (*relay_) return run_fanout_relay(upstream_, bind_, transport_, !no_pipeline_);
+  if (*relay_) return run_fanout_relay(upstream_, bind_, transport_, !no_pipeline_, chunk_);
   if (*stream_recv_) return run_fanout_stream_receiver(bind_);
   if (*stream_send_) return run_fanout_stream_sender(peer_);
   if (!*fanout_) return std::nullopt;
@@ -129,6 +132,7 @@ std::optional<int> FanoutCli::run(const std::string& self_exe, const std::string
   config_.self_exe = self_exe;
   config_.command_line = command_line;
   for (const auto& s : split_list(sizes_)) config_.sizes.push_back(parse_bytes(s));
+  if (!relay_chunk_.empty()) config_.relay_chunk = parse_bytes(relay_chunk_);
   config_.topologies = split_list(topologies_);
   config_.baselines = split_list(baselines_);
   if (config_.sizes.empty()) {

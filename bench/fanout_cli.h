@@ -28,6 +28,8 @@ class FanoutCli {
   std::string sizes_ = "64MiB,256MiB", topologies_ = "flat,tree2,chain", baselines_ = "iperf3,stream,mpi";
   std::string bind_, upstream_, peer_, transport_ = "tcp", size_;
   bool no_pipeline_ = false;
+  std::uint64_t chunk_ = 0;       // fanout-relay --chunk (bytes)
+  std::string relay_chunk_;       // fanout --relay-chunk (with a unit)
 };
 
 }  // namespace wsbench

@@ -11,7 +11,7 @@ bool fanout_relays_built(std::string* why) {
   return false;
 }
 
-int run_fanout_relay(const std::string&, const std::string&, const std::string&, bool) {
+int run_fanout_relay(const std::string&, const std::string&, const std::string&, bool, std::uint64_t) {
   wsutil::LineStream io(0, 1);
   std::string why;
   fanout_relays_built(&why);

@@ -20,7 +20,7 @@ bool fanout_relays_built(std::string* why) {
 }
 
 int run_fanout_relay(const std::string& upstream, const std::string& bind, const std::string& transport,
-                     bool pipelined) {
+                     bool pipelined, std::uint64_t chunk_bytes) {
   wsutil::LineStream io(0, 1);
   weightsync::RelayOptions options;  // the secret (both sides): WEIGHTSYNC_SECRET
   options.upstreams = {upstream};
@@ -28,6 +28,7 @@ int run_fanout_relay(const std::string& upstream, const std::string& bind, const
   options.subscriber.client_name = "fanout-relay";
   options.publisher.bind_address = bind;
   options.pipelined = pipelined;
+  if (chunk_bytes > 0) options.chunk_bytes = chunk_bytes;
   auto relay = weightsync::Relay::create(options);
   if (!relay.ok()) {
     io.write_line(error_line("relay from " + upstream + ": " + relay.status().to_string()));

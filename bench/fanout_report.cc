@@ -271,6 +271,7 @@ bool fanout_write_json(const std::string& path, const FanoutReport& r, std::stri
   j["config"] = {{"subscribers", c.subscribers},
                  {"sizes", c.sizes},
                  {"rate", c.rate},
+                 {"relay_chunk", c.relay_chunk},
                  {"topologies", c.topologies},
                  {"runs", c.runs},
                  {"transport", c.transport},

@@ -83,6 +83,10 @@ int run_fanout_subscriber(const std::string& upstream, std::uint64_t size, const
   weightsync::SubscriberOptions options;  // the secret: WEIGHTSYNC_SECRET
   options.transport = transport;
   options.client_name = "fanout-subscriber";
+  // A leaf under a pipelined relay reads a version while the relay still
+  // receives it, as the relays do (a publisher that is not a relay never has
+  // a version in progress, so this changes nothing for flat).
+  options.accept_streaming = true;
   auto subscriber = weightsync::Subscriber::connect(upstream, options);
   if (!subscriber.ok()) {
     io.write_line(error_line("connect to " + upstream + ": " + subscriber.status().to_string()));

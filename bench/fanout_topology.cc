@@ -115,7 +115,7 @@ FanoutRow run_topology(const TopologyRun& run) {
         roles[i] = std::make_unique<RoleLink>(
             "relay (host " + std::to_string(i) + ")",
             bed.exec(i, {c.self_exe, "fanout-relay", "--upstream", upstream, "--bind", host_list[i].address,
-                         "--transport", c.transport}),
+                         "--transport", c.transport, "--chunk", std::to_string(c.relay_chunk)}),
             env);
         address[i] = roles[i]->expect("READY ", start_timeout);
       } else {

@@ -45,6 +45,8 @@ zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
     source.subscriber.secret = options_.secret;
     source.subscriber.transport = options_.transport;
     source.subscriber.client_name = "generator-" + std::to_string(options_.id);
+    // From a pipelined relay: start reading a version while it still arrives.
+    source.subscriber.accept_streaming = true;
     source_ = std::make_unique<WeightSource>(std::move(source));
   }
   std::string last_error;
