@@ -280,6 +280,76 @@ TEST_CASE("no memory is registered on the pull path", "[registrations]") {
   WARN(conformance_transport() << ": " << after_first << " registrations for 2 destinations, none after");
 }
 
+TEST_CASE("partial pulls, exact versions and released registrations", "[partial]") {
+  std::vector<std::string> args = {"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "3",
+                                   "--versions", "4", "--step"};
+  if (conformance_transport() != "cuda_ipc") args.push_back("--checksum");  // CUDA slots carry none
+  auto peer = start_conformance_peer(args);
+  auto sub = connect_checked(peer.address, options_for_transport());
+  const WeightLayout& layout = sub->layout();
+  // One arena for every slice: 256 strided ranges of 256 bytes out of t1
+  // (a column slice of a [256 x 1024] matrix), rows 16..31 of t2 seen as
+  // [64 x 1024], and all of t3.
+  const std::uint64_t t3 = layout.find("t3")->bytes;
+  std::vector<char> arena(256 * 256 + 16 * 1024 + t3);
+  std::vector<TensorSlice> slices = {
+      {"t1", 512, 256, 256, 1024, arena.data(), 0},
+      {"t2", 16 * 1024, 16 * 1024, 1, 0, arena.data() + 256 * 256, 0},
+      {"t3", 0, t3, 1, 0, arena.data() + 256 * 256 + 16 * 1024, 0}};
+  auto check_slices = [&](std::uint64_t version) {
+    for (const auto& s : slices) {
+      const std::uint64_t at = layout.find(s.tensor)->offset + s.offset;
+      for (std::uint64_t i = 0; i < s.count; ++i) {
+        const auto bad = find_mismatch(static_cast<char*>(s.dest) + i * s.length, s.length, version, at + i * s.stride);
+        if (bad != -1) return false;
+      }
+    }
+    return true;
+  };
+  REQUIRE(sub->register_memory(arena.data(), arena.size()).ok());
+  auto plan = sub->prepare(Destination::slices(slices));
+  REQUIRE(plan.ok());
+  const auto registered = sub->stats().registrations;  // the arena, on transports that register
+  for (std::uint64_t version = 1; version <= 3; ++version) {
+    peer.process.write_line("next");
+    REQUIRE(peer.process.wait_for("PUBLISHED " + std::to_string(version), std::chrono::seconds(30)));
+    PullOptions wait;
+    wait.wait = std::chrono::seconds(10);
+    auto pulled = sub->pull(*plan, wait);
+    INFO(pulled.status().to_string());
+    REQUIRE(pulled.ok());
+    CHECK(pulled->version == version);
+    CHECK(pulled->bytes == arena.size());
+    CHECK(pulled->checksum_verified == sub->publisher_checksums());
+    CHECK(check_slices(version));
+  }
+  CHECK(sub->stats().registrations == registered);  // steady state: nothing registered
+  CHECK(sub->stats().views == (sub->publisher_checksums() ? 1u : 0u));
+  // Exactly version 2, though 3 is newer.
+  PullOptions two;
+  two.version = 2;
+  auto exact = sub->pull(*plan, two);
+  REQUIRE(exact.ok());
+  CHECK(exact->version == 2);
+  CHECK(check_slices(2));
+  // Released (an engine going to sleep), then pulled into again: the plan
+  // registers its span once more where the transport registers at all.
+  REQUIRE(sub->release_memory(arena.data(), arena.size()).ok());
+  CHECK(sub->stats().registrations_released == registered);
+  peer.process.write_line("next");
+  REQUIRE(peer.process.wait_for("PUBLISHED 4", std::chrono::seconds(30)));
+  PullOptions wait;
+  wait.wait = std::chrono::seconds(10);
+  auto after = sub->pull(*plan, wait);
+  REQUIRE(after.ok());
+  CHECK(after->version == 4);
+  CHECK(check_slices(4));
+  CHECK(sub->stats().registrations == registered * 2);
+  WARN(conformance_transport() << ": " << registered << " registration(s) for the arena, "
+                               << sub->stats().registrations_released << " released, "
+                               << sub->stats().registrations << " in all");
+}
+
 // ---- pulls into device memory ----
 
 namespace {

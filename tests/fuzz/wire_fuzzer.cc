@@ -73,6 +73,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)WaitWatermarkMsg::decode(payload);
   if (auto w = WatermarkMsg::decode(payload); w.ok()) require(w->committed || (!w->has_checksum && w->checksum == 0));
   (void)TcpOffer::decode(payload);
+  if (auto v = RegisterViewMsg::decode(payload); v.ok()) {
+    require(!v->entries.empty() && v->entries.size() <= kMaxViewEntriesPerMessage);
+    for (const auto& e : v->entries) require(e.length > 0 && e.count > 0);
+  }
+  if (auto v = ViewMsg::decode(payload); v.ok()) require(v->view_id != 0);
+  if (auto a = AcquireViewMsg::decode(payload); a.ok()) require(!a->exact || a->version != 0);
   (void)ReleaseMsg::decode(payload);
   (void)DataMsg::decode(payload);
   (void)DataEndMsg::decode(payload);

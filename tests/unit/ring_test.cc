@@ -49,6 +49,33 @@ TEST_CASE("ring: stamps encode versions and the newest slot is never rewritten",
   CHECK(ring->latest_version() == 2);
 }
 
+TEST_CASE("ring: acquire_version leases exactly that version, or says not yet or no longer held", "[ring]") {
+  auto ring = make_ring(3, FullRingPolicy::kRevokeOldest);
+  auto early = ring->acquire_version(1, 1);
+  CHECK(early.status().code() == ErrorCode::kNotReady);
+  publish(*ring, 1);
+  publish(*ring, 2);
+  publish(*ring, 3);
+  auto one = ring->acquire_version(1, 1);
+  REQUIRE(one.ok());
+  CHECK(one->version == 1);  // not the newest
+  CHECK(one->stamp == (1u << 1));
+  ring->release(1, one->lease_id);
+  CHECK(ring->acquire_version(1, 4).status().code() == ErrorCode::kNotReady);
+  CHECK(ring->acquire_version(1, 0).status().code() == ErrorCode::kInvalidArgument);
+  publish(*ring, 4);  // takes version 1's slot
+  auto gone = ring->acquire_version(1, 1);
+  CHECK(gone.status().code() == ErrorCode::kVersionRevoked);
+  // A version being written is not leased, even under its number.
+  auto writing = ring->reserve(5);
+  REQUIRE(writing.ok());
+  CHECK(ring->acquire_version(1, 5).status().code() == ErrorCode::kNotReady);
+  ring->commit(writing->slot, 5, std::nullopt);
+  auto five = ring->acquire_version(1, 5);
+  REQUIRE(five.ok());
+  CHECK(five->slot == writing->slot);
+}
+
 TEST_CASE("ring: versions must strictly increase", "[ring]") {
   auto ring = make_ring(3, FullRingPolicy::kRevokeOldest);
   publish(*ring, 5);

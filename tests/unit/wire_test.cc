@@ -223,6 +223,56 @@ TEST_CASE("wire: the streaming extension: ACQUIRE and QUERY_VERSION flags, WAIT_
   CHECK_FALSE(TcpOffer::decode({1, 0, 1}).ok());  // truncated
 }
 
+TEST_CASE("wire: views: REGISTER_VIEW, VIEW and ACQUIRE_VIEW round-trip and refuse bad payloads", "[wire]") {
+  RegisterViewMsg view{5, {{0, 64, 4, 256}, {4096, 8, 1, 0}}};
+  auto bytes = view.encode();
+  CHECK(bytes.size() == 8 + 2 * 32);
+  auto decoded = RegisterViewMsg::decode(bytes);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->view_id == 5);
+  REQUIRE(decoded->entries.size() == 2);
+  CHECK(decoded->entries[0].offset == 0);
+  CHECK(decoded->entries[0].length == 64);
+  CHECK(decoded->entries[0].count == 4);
+  CHECK(decoded->entries[0].stride == 256);
+  CHECK(decoded->entries[1].offset == 4096);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    CHECK_FALSE(RegisterViewMsg::decode(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + n)).ok());
+  }
+  auto trailing = bytes;
+  trailing.push_back(0);
+  CHECK_FALSE(RegisterViewMsg::decode(trailing).ok());
+  CHECK_FALSE(RegisterViewMsg::decode(RegisterViewMsg{0, {}}.encode()).ok());            // no entries
+  CHECK_FALSE(RegisterViewMsg::decode(RegisterViewMsg{0, {{0, 0, 1, 0}}}.encode()).ok());  // empty range
+  CHECK_FALSE(RegisterViewMsg::decode(RegisterViewMsg{0, {{0, 8, 0, 0}}}.encode()).ok());  // no ranges
+  RegisterViewMsg too_many;
+  too_many.entries.assign(kMaxViewEntriesPerMessage + 1, ViewEntry{0, 1, 1, 0});
+  CHECK_FALSE(RegisterViewMsg::decode(too_many.encode()).ok());
+  too_many.entries.pop_back();
+  CHECK(RegisterViewMsg::decode(too_many.encode()).ok());
+  CHECK(too_many.encode().size() + kFrameHeaderBytes <= kMaxRequestPayload);  // one part fits a request
+
+  auto v = ViewMsg::decode(ViewMsg{7, 4001}.encode());
+  REQUIRE(v.ok());
+  CHECK(v->view_id == 7);
+  CHECK(v->entries == 4001);
+  CHECK_FALSE(ViewMsg::decode(ViewMsg{0, 1}.encode()).ok());  // id 0 is "new", never an answer
+
+  auto a = AcquireViewMsg::decode(AcquireViewMsg{9, true, 3}.encode());
+  REQUIRE(a.ok());
+  CHECK(a->version == 9);
+  CHECK(a->exact);
+  CHECK(a->view_id == 3);
+  auto a_bytes = AcquireViewMsg{9, false, 0}.encode();
+  CHECK(a_bytes.size() == 13);
+  CHECK_FALSE(AcquireViewMsg::decode(AcquireViewMsg{0, true, 0}.encode()).ok());  // exact version 0
+  a_bytes[8] = 2;                                                                   // a flag is 0 or 1
+  CHECK_FALSE(AcquireViewMsg::decode(a_bytes).ok());
+  a_bytes[8] = 0;
+  a_bytes.push_back(0);
+  CHECK_FALSE(AcquireViewMsg::decode(a_bytes).ok());
+}
+
 TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[wire][fuzz]") {
   std::mt19937_64 rng(20261122);
   auto layout = WeightLayout::build({{"a", DType::kFloat32, {16}}, {"b", DType::kInt8, {3, 3}}});
@@ -259,7 +309,10 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       LeaseMsg{1, 2, 0, 5, false, 0}.encode(),
       WaitWatermarkMsg{1, 4096, 10}.encode(),
       WatermarkMsg{4096, true, true, 3}.encode(),
-      TcpOffer{kTcpFeatureStreaming}.encode()};
+      TcpOffer{kTcpFeatureStreaming}.encode(),
+      RegisterViewMsg{0, {{0, 64, 4, 256}, {4096, 8, 1, 0}}}.encode(),
+      ViewMsg{3, 2}.encode(),
+      AcquireViewMsg{9, true, 3}.encode()};
   std::uint64_t executions = 0, accepted = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> input;
@@ -293,6 +346,20 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       CHECK((w->committed || !w->has_checksum));
     }
     accepted += TcpOffer::decode(input).ok();
+    if (auto v = RegisterViewMsg::decode(input); v.ok()) {
+      ++accepted;
+      CHECK_FALSE(v->entries.empty());
+      CHECK(v->entries.size() <= kMaxViewEntriesPerMessage);
+      for (const auto& e : v->entries) CHECK((e.length > 0 && e.count > 0));
+    }
+    if (auto v = ViewMsg::decode(input); v.ok()) {
+      ++accepted;
+      CHECK(v->view_id != 0);
+    }
+    if (auto a = AcquireViewMsg::decode(input); a.ok()) {
+      ++accepted;
+      CHECK((!a->exact || a->version != 0));
+    }
     if (auto r = ShmRegionsMsg::decode(input); r.ok()) {
       ++accepted;
       CHECK(r->stamp_bytes >= r->slot_count * 8);

@@ -24,11 +24,15 @@
 //   Create a new Subscriber to reconnect. kNotReady, kVersionRevoked,
 //   kChecksumMismatch and argument errors are not sticky.
 // - Destinations: RDMA-capable transports (verbs, ucx) register a destination
-//   the first time it is used and keep it registered for the Subscriber's
-//   lifetime, so the steady pull loop registers nothing. Keep a destination's
-//   memory allocated while the Subscriber lives (a model's parameter buffer
-//   is the intended use); memory freed and reallocated at the same address
-//   would be written through the stale registration.
+//   the first time it is used (or once per region: register_memory) and keep
+//   it registered until release_memory() or the Subscriber's end, so the
+//   steady pull loop registers nothing. Release memory before freeing,
+//   reusing or unmapping it: memory reallocated at the same address would
+//   otherwise be written through the stale registration.
+// - Partial pulls (Destination::slices) keep every guarantee: one version,
+//   never torn, and with checksums verified against the publisher's hash of
+//   exactly the bytes pulled (the view's checksum; docs/sharding.md). They
+//   never stream.
 // - CUDA destinations (MemoryKind::kCuda, current device): a transport that
 //   can write device memory (cuda_ipc) copies straight into it; any other
 //   goes through the staging ring (SubscriberOptions::staging_*), never a
@@ -62,27 +66,49 @@ struct ScatterEntry {
   std::size_t bytes = 0;  // must equal the tensor's bytes
 };
 
-// Where a pull lands: one region laid out like the publisher's slots, or one
+// Part of one tensor of the layout, for a partial pull: `count` ranges of
+// `length` bytes; range i starts at byte `offset + i * stride` of the tensor
+// and lands at `dest + i * dest_stride`. One range is a dim-0 slice; a column
+// slice of a row-major [rows, cols] matrix is count = rows, stride = the row's
+// bytes. Ranges must lie inside the tensor; every byte pulled, over all the
+// slices of a Destination, must be distinct (no slot byte read twice).
+struct TensorSlice {
+  std::string tensor;           // name in the publisher's layout
+  std::uint64_t offset = 0;     // bytes from the start of the tensor
+  std::uint64_t length = 0;     // bytes per range, > 0
+  std::uint64_t count = 1;      // ranges, >= 1
+  std::uint64_t stride = 0;     // bytes between range starts in the tensor (count > 1: >= length)
+  void* dest = nullptr;
+  std::uint64_t dest_stride = 0;  // bytes between range starts at dest; 0: `length` (packed)
+};
+
+// Where a pull lands: one region laid out like the publisher's slots, one
 // pointer per tensor (every tensor of the layout exactly once), e.g. straight
-// into a model's parameters.
+// into a model's parameters, or slices: any subset of the tensors and byte
+// ranges within them (a partial pull; docs/sharding.md).
 class Destination {
  public:
   static Destination contiguous(void* data, std::size_t bytes, MemoryKind kind = MemoryKind::kHost);
   static Destination scatter(std::vector<ScatterEntry> entries, MemoryKind kind = MemoryKind::kHost);
+  static Destination slices(std::vector<TensorSlice> slices, MemoryKind kind = MemoryKind::kHost);
 
-  bool is_contiguous() const noexcept { return contiguous_; }
+  bool is_contiguous() const noexcept { return shape_ == Shape::kContiguous; }
+  bool is_partial() const noexcept { return shape_ == Shape::kSlices; }
+  const std::vector<TensorSlice>& tensor_slices() const noexcept { return slices_; }
   MemoryKind memory_kind() const noexcept { return kind_; }
   void* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
   const std::vector<ScatterEntry>& entries() const noexcept { return entries_; }
 
  private:
+  enum class Shape : std::uint8_t { kContiguous, kScatter, kSlices };
   Destination() = default;
-  bool contiguous_ = true;
+  Shape shape_ = Shape::kContiguous;
   MemoryKind kind_ = MemoryKind::kHost;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   std::vector<ScatterEntry> entries_;
+  std::vector<TensorSlice> slices_;
 };
 
 struct PullOptions {
@@ -99,6 +125,11 @@ struct PullOptions {
   // before its first byte: (version, streaming: it is still being written,
   // SubscriberOptions::accept_streaming). Throwing is as for on_progress.
   std::function<void(std::uint64_t, bool)> on_start;
+  // Deliver exactly this version (newer_than is then ignored): kNotReady if
+  // it is not published within `wait`, kVersionRevoked (not retried) if the
+  // publisher no longer holds it. How a SubscriberGroup pulls one version
+  // from every trainer rank (docs/consistency.md, "Across ranks").
+  std::optional<std::uint64_t> version;
 };
 
 struct PullResult {
@@ -110,6 +141,7 @@ struct PullResult {
   bool checksum_verified = false;  // the publisher's xxHash3 matched
   std::uint64_t checksum = 0;      // that xxHash3 (the one the trainer computed, also through relays); 0 unless verified
   bool staged = false;             // went through the page-locked staging ring
+  bool partial = false;            // a partial pull: `checksum` is that of its view (its bytes, in its order)
 };
 
 struct SubscriberStats {
@@ -119,6 +151,29 @@ struct SubscriberStats {
   std::uint64_t registrations = 0;  // memory registrations made by the transport (first use of a destination)
   std::uint64_t staged_pulls = 0;   // successful pulls through the staging ring
   std::uint64_t streamed_pulls = 0;  // successful pulls of a version read while still being written
+  std::uint64_t registrations_released = 0;  // registrations dropped by release_memory()
+  std::uint64_t views = 0;                   // partial-pull views registered with the publisher
+};
+
+// A Destination checked, expanded into its list of reads and, for a partial
+// one with checksums, registered with the publisher as a view: once, by
+// Subscriber::prepare(), then replayed by every pull(plan) with no new
+// validation, allocation of read lists, view or memory registration.
+// Copyable and cheap to copy; valid only with the Subscriber that made it,
+// while it lives, and only while the destination memory stays allocated.
+class PullPlan {
+ public:
+  PullPlan() = default;
+  bool valid() const noexcept { return state_ != nullptr; }
+  std::uint64_t bytes() const noexcept;   // payload bytes a pull moves
+  std::size_t pieces() const noexcept;    // contiguous ranges a pull reads
+  bool partial() const noexcept;
+
+  struct State;
+
+ private:
+  friend class Subscriber;
+  std::shared_ptr<State> state_;
 };
 
 class Subscriber {
@@ -151,6 +206,22 @@ class Subscriber {
   // or kTimeout.
   Result<std::uint64_t> wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout);
   Result<PullResult> pull(const Destination& destination, const PullOptions& options = {});
+  // Checks and expands `destination` once (see PullPlan); kInvalidArgument
+  // for a destination that does not fit the layout, or a connection error if
+  // registering its view failed.
+  Result<PullPlan> prepare(const Destination& destination);
+  Result<PullResult> pull(const PullPlan& plan, const PullOptions& options = {});
+
+  // Registration lifecycle (RDMA-capable transports; a no-op for shm, tcp
+  // and UCX's direct shared-memory path). register_memory registers
+  // [base, base + bytes) once, so every destination inside it (the many small
+  // tensors of one arena) uses that one registration. release_memory drops
+  // every registration overlapping [base, base + bytes), explicit or made on
+  // first use: call it before that memory is freed, reused by an allocator,
+  // or unmapped (an engine going to sleep). A later pull into it registers
+  // again (prepared plans re-register their spans on their next pull).
+  Status register_memory(void* base, std::size_t bytes);
+  Status release_memory(void* base, std::size_t bytes);
 
   // The version last delivered by pull(); 0 before the first.
   std::uint64_t held_version() const noexcept;

@@ -78,6 +78,43 @@ ControlOutcome acquire(const ControlContext& ctx, const Frame& frame) {
   return sent(reply(ctx, MsgType::kLease, lease.encode()));
 }
 
+// A view's range list (docs/protocol.md, "Views").
+ControlOutcome register_view(const ControlContext& ctx, const Frame& frame) {
+  auto request = RegisterViewMsg::decode(frame.payload);
+  if (!request.ok()) return protocol_error(ctx, request.status().message());
+  if (ctx.state->views == nullptr) return sent(reply_refusal(ctx, Status(ErrorCode::kInvalidConfig, "no views here")));
+  auto view = ctx.state->views->add(ctx.session, *request);
+  if (!view.ok()) return sent(reply_refusal(ctx, view.status()));
+  return sent(reply(ctx, MsgType::kView, view->encode()));
+}
+
+// ACQUIRE_VIEW: an exact version and/or a view's checksum in the lease.
+ControlOutcome acquire_view(const ControlContext& ctx, const Frame& frame) {
+  auto request = AcquireViewMsg::decode(frame.payload);
+  if (!request.ok()) return protocol_error(ctx, request.status().message());
+  SlotRing& ring = *ctx.state->ring;
+  auto grant = request->exact ? ring.acquire_version(ctx.session, request->version)
+                              : ring.acquire(ctx.session, request->version);
+  if (!grant.ok()) return sent(reply_refusal(ctx, grant.status()));
+  LeaseMsg lease{grant->lease_id, grant->version,      grant->slot,
+                 grant->stamp,    grant->has_checksum, grant->checksum};
+  if (request->view_id != 0) {
+    // The view's checksum replaces the whole version's (none without checksums).
+    lease.has_checksum = false;
+    lease.checksum = 0;
+    if (ctx.state->checksums && ctx.state->views != nullptr) {
+      auto sum = ctx.state->views->checksum(ctx.session, request->view_id, ring, grant->slot, grant->stamp);
+      if (!sum.ok()) {
+        ring.release(ctx.session, grant->lease_id);
+        return sent(reply_refusal(ctx, sum.status()));
+      }
+      lease.has_checksum = true;
+      lease.checksum = *sum;
+    }
+  }
+  return sent(reply(ctx, MsgType::kLease, lease.encode()));
+}
+
 ControlOutcome transport_connect(const ControlContext& ctx, const Frame& frame) {
   auto request = TransportConnectMsg::decode(frame.payload);
   if (!request.ok()) return protocol_error(ctx, request.status().message());
@@ -111,6 +148,8 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
     }
     case MsgType::kQueryVersion: return query_version(ctx, frame);
     case MsgType::kAcquire: return acquire(ctx, frame);
+    case MsgType::kRegisterView: return register_view(ctx, frame);
+    case MsgType::kAcquireView: return acquire_view(ctx, frame);
     case MsgType::kWaitWatermark: return wait_watermark(ctx, frame);
     case MsgType::kRelease: {
       auto release = ReleaseMsg::decode(frame.payload);

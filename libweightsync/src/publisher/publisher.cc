@@ -40,6 +40,7 @@ class Publisher::Impl {
   std::unique_ptr<detail::SlotRing> ring;
   std::unique_ptr<detail::UcxPublisherTransport> ucx;      // after ring: unmapped before the slots are
   std::unique_ptr<detail::VerbsPublisherTransport> verbs;  // likewise
+  std::unique_ptr<detail::ViewRegistry> views;  // before server: outlives it
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
   int io_timeout_ms = 10000;
@@ -336,6 +337,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   }
   detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
                             std::move(offers), nullptr,          nullptr};
+  impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes());
+  state.views = impl->views.get();
   if (impl->verbs) {
     detail::VerbsPublisherTransport* verbs_transport = impl->verbs.get();
     state.transport_connect =

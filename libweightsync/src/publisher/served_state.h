@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "publisher/view_registry.h"
 #include "ring/slot_ring.h"
 #include "weightsync/layout.h"
 #include "wire/messages.h"
@@ -26,6 +27,8 @@ struct ServedState {
                                                   const std::vector<std::uint8_t>&)>
       transport_connect;
   std::function<void(std::uint64_t)> session_closed;
+  // Views of partial pulls (REGISTER_VIEW, ACQUIRE_VIEW); owned by the Publisher.
+  ViewRegistry* views = nullptr;
 };
 
 }  // namespace weightsync::detail

@@ -640,6 +640,7 @@ void PublisherServer::close_connection(Connection* conn) {
   if (conn->owns_session) {
     sessions_.erase(conn->session);
     state_.ring->release_session(conn->session);
+    if (state_.views != nullptr) state_.views->release_session(conn->session);
     if (state_.session_closed) state_.session_closed(conn->session);
   }
   counters_.connections_active.fetch_sub(1);

@@ -264,19 +264,41 @@ Result<LeaseGrant> SlotRing::acquire(std::uint64_t session, std::uint64_t newer_
                                             " is published yet (latest: " + std::to_string(latest_version_) +
                                             ")");
   }
+  return grant_locked(session, *id, streamed >= 0 ? streamed : newest_, streamed >= 0);
+}
+
+Result<LeaseGrant> SlotRing::acquire_version(std::uint64_t session, std::uint64_t version) {
+  auto id = random_id();
+  if (!id.ok()) return id.status();
+  if (version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::uint64_t latest = latest_version_;
+  if (newest_ < 0 || version > latest) {
+    return Status(ErrorCode::kNotReady, "version " + std::to_string(version) + " is not published yet (latest: " +
+                                            std::to_string(latest) + ")");
+  }
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.version == version && !s.writing) return grant_locked(session, *id, static_cast<int>(i), false);
+  }
+  return Status(ErrorCode::kVersionRevoked, "version " + std::to_string(version) +
+                                                " is no longer held here (latest: " + std::to_string(latest) +
+                                                "); pull a newer one");
+}
+
+Result<LeaseGrant> SlotRing::grant_locked(std::uint64_t session, std::uint64_t id, int chosen, bool streamed) {
   auto session_it = sessions_.find(session);
   const std::size_t held = session_it == sessions_.end() ? 0 : session_it->second.size();
   if (held >= kMaxLeasesPerSession) {
     return Status(ErrorCode::kInvalidArgument, "this subscriber already holds " + std::to_string(held) +
                                                    " leases; release one before acquiring another");
   }
-  if (leases_.count(*id) != 0) return Status(ErrorCode::kBusy, "lease id collision; retry");
-  const int chosen = streamed >= 0 ? streamed : newest_;
+  if (leases_.count(id) != 0) return Status(ErrorCode::kBusy, "lease id collision; retry");
   Slot& slot = slots_[chosen];
-  LeaseGrant grant{*id, slot.version, static_cast<std::uint32_t>(chosen), slot.version << 1, slot.has_checksum,
+  LeaseGrant grant{id, slot.version, static_cast<std::uint32_t>(chosen), slot.version << 1, slot.has_checksum,
                    slot.checksum};
-  if (streamed >= 0) grant = LeaseGrant{*id, slot.pending, static_cast<std::uint32_t>(chosen),
-                                        (slot.pending << 1) | 1, false, 0};
+  if (streamed) grant = LeaseGrant{id, slot.pending, static_cast<std::uint32_t>(chosen), (slot.pending << 1) | 1,
+                                   false, 0};
   slot.live.insert(grant.lease_id);
   sessions_[session].push_back(grant.lease_id);
   leases_.emplace(grant.lease_id,

@@ -130,6 +130,11 @@ class SlotRing {
   // With accept_streaming, an in-progress (streaming) version newer than the
   // newest committed one is leased instead (odd stamp, no checksum).
   Result<LeaseGrant> acquire(std::uint64_t session, std::uint64_t newer_than, bool accept_streaming = false);
+  // Leases exactly `version` (committed; docs/consistency.md, "Across
+  // ranks"): kNotReady if it is newer than the latest committed version,
+  // kVersionRevoked if no slot holds it any more (a newer version took its
+  // slot) or it was never published.
+  Result<LeaseGrant> acquire_version(std::uint64_t session, std::uint64_t version);
   // Newest committed version, or with streaming the newest streamable
   // in-progress one if newer.
   std::uint64_t latest_streamable() const;
@@ -183,6 +188,8 @@ class SlotRing {
   SlotRing() = default;
   std::atomic<std::uint64_t>& stamp(std::uint32_t slot) const noexcept { return stamps_[slot]; }
   void drop_lease_locked(std::unordered_map<std::uint64_t, Lease>::iterator it);
+  // Records a lease of slot `chosen` (kInvalidArgument past kMaxLeasesPerSession).
+  Result<LeaseGrant> grant_locked(std::uint64_t session, std::uint64_t id, int chosen, bool streamed);
   // True when every live lease on `slot` is at least lease_timeout_ old at `now`.
   bool leases_expired_locked(const Slot& slot, Clock::time_point now) const;
   // Marks every live lease on `slot` revoked; returns how many, and adds the

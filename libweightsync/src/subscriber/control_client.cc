@@ -68,6 +68,46 @@ Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than, bool streaming
   return lease;
 }
 
+Result<LeaseMsg> ControlClient::acquire_view(std::uint64_t version, bool exact, std::uint32_t view_id) {
+  auto frame = call(MsgType::kAcquireView, AcquireViewMsg{version, exact, view_id}.encode(), MsgType::kLease);
+  if (!frame.ok()) return frame.status();
+  auto lease = LeaseMsg::decode(frame->payload);
+  if (!lease.ok()) return lease;
+  if (lease->streaming()) {
+    return Status(ErrorCode::kProtocolError, "publisher leased an in-progress version that was not asked for");
+  }
+  if (exact && lease->version != version) {
+    return Status(ErrorCode::kProtocolError, "publisher leased version " + std::to_string(lease->version) +
+                                                 " for an exact request of version " + std::to_string(version));
+  }
+  if (!exact && lease->version <= version) {
+    return Status(ErrorCode::kProtocolError, "publisher leased version " + std::to_string(lease->version) +
+                                                 ", not newer than " + std::to_string(version));
+  }
+  return lease;
+}
+
+Result<std::uint32_t> ControlClient::register_view(const std::vector<ViewEntry>& entries) {
+  if (entries.empty()) return Status(ErrorCode::kInvalidArgument, "a view needs at least one range");
+  std::uint32_t id = 0;
+  for (std::size_t first = 0; first < entries.size(); first += kMaxViewEntriesPerMessage) {
+    const std::size_t last = std::min<std::size_t>(entries.size(), first + kMaxViewEntriesPerMessage);
+    RegisterViewMsg part;
+    part.view_id = id;
+    part.entries.assign(entries.begin() + static_cast<std::ptrdiff_t>(first),
+                        entries.begin() + static_cast<std::ptrdiff_t>(last));
+    auto frame = call(MsgType::kRegisterView, part.encode(), MsgType::kView);
+    if (!frame.ok()) return frame.status();
+    auto view = ViewMsg::decode(frame->payload);
+    if (!view.ok()) return view.status();
+    if ((id != 0 && view->view_id != id) || view->entries != last) {
+      return Status(ErrorCode::kProtocolError, "publisher's VIEW does not match the registered ranges");
+    }
+    id = view->view_id;
+  }
+  return id;
+}
+
 Result<WatermarkMsg> ControlClient::wait_watermark(std::uint64_t lease_id, std::uint64_t bytes) {
   // The publisher answers within min(our I/O timeout, its own); the reply
   // itself gets our I/O timeout on top.

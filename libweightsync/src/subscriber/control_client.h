@@ -30,6 +30,11 @@ class ControlClient {
   // may lease an in-progress version (odd stamp); otherwise such a lease is
   // a protocol error.
   Result<LeaseMsg> acquire(std::uint64_t newer_than, bool streaming = false);
+  // ACQUIRE_VIEW: exactly `version` (exact) or the newest newer than it, with
+  // the checksum of view `view_id` (0: the whole version's). Never streaming.
+  Result<LeaseMsg> acquire_view(std::uint64_t version, bool exact, std::uint32_t view_id);
+  // REGISTER_VIEW, in as many parts as the entries need: the view's id.
+  Result<std::uint32_t> register_view(const std::vector<ViewEntry>& entries);
   // WAIT_WATERMARK: the lease's stream state once the watermark reaches
   // `bytes`, the version commits, or the publisher's bounded wait ends.
   Result<WatermarkMsg> wait_watermark(std::uint64_t lease_id, std::uint64_t bytes);

@@ -19,7 +19,7 @@ namespace weightsync {
 
 Destination Destination::contiguous(void* data, std::size_t bytes, MemoryKind kind) {
   Destination d;
-  d.contiguous_ = true;
+  d.shape_ = Shape::kContiguous;
   d.kind_ = kind;
   d.data_ = data;
   d.bytes_ = bytes;
@@ -28,10 +28,44 @@ Destination Destination::contiguous(void* data, std::size_t bytes, MemoryKind ki
 
 Destination Destination::scatter(std::vector<ScatterEntry> entries, MemoryKind kind) {
   Destination d;
-  d.contiguous_ = false;
+  d.shape_ = Shape::kScatter;
   d.kind_ = kind;
   d.entries_ = std::move(entries);
   return d;
+}
+
+Destination Destination::slices(std::vector<TensorSlice> slices, MemoryKind kind) {
+  Destination d;
+  d.shape_ = Shape::kSlices;
+  d.kind_ = kind;
+  d.slices_ = std::move(slices);
+  return d;
+}
+
+// ---- PullPlan ----
+
+struct PullPlan::State {
+  const Subscriber::Impl* owner = nullptr;
+  std::vector<detail::ReadPiece> pieces;
+  MemoryKind kind = MemoryKind::kHost;
+  bool partial = false;
+  std::uint64_t bytes = 0;
+  std::vector<detail::ViewEntry> view;   // partial: the ranges in read order
+  std::uint32_t view_id = 0;             // registered with the publisher (checksums on)
+  // Destination spans to register as wholes (partial: one per run of slices),
+  // and the channel's registration generation they were last ensured at.
+  std::vector<std::pair<void*, std::size_t>> spans;
+  std::optional<std::uint64_t> ensured_generation;
+};
+
+std::uint64_t PullPlan::bytes() const noexcept {
+  return state_ ? state_->bytes : 0;
+}
+std::size_t PullPlan::pieces() const noexcept {
+  return state_ ? state_->pieces.size() : 0;
+}
+bool PullPlan::partial() const noexcept {
+  return state_ && state_->partial;
 }
 
 // ---- Subscriber::Impl ----
@@ -53,6 +87,8 @@ class Subscriber::Impl {
   SubscriberStats stats;
   // Pulls into CUDA memory over a channel that cannot write it: made on first use.
   std::unique_ptr<detail::StagingEngine> staging;
+  // Views registered with the publisher, by a hash of their entries.
+  std::unordered_map<std::uint64_t, std::vector<std::pair<std::vector<detail::ViewEntry>, std::uint32_t>>> views;
 
   // Errors after which the connection's byte stream can no longer be trusted.
   static bool breaks_connection(const Status& s) {
@@ -94,7 +130,7 @@ class Subscriber::Impl {
     return Status();
   }
 
-  Result<std::vector<detail::ReadPiece>> plan_for(const Destination& dst) const {
+  Result<std::vector<detail::ReadPiece>> whole_plan_for(const Destination& dst) const {
     if (dst.memory_kind() != MemoryKind::kHost && dst.memory_kind() != MemoryKind::kCuda) {
       return Status(ErrorCode::kInvalidArgument,
                     "unknown destination memory kind " + std::to_string(static_cast<int>(dst.memory_kind())));
@@ -151,6 +187,169 @@ class Subscriber::Impl {
     return plan;
   }
 
+  // A partial destination's reads, in slice order then range order, each
+  // checked to lie inside its tensor; and its view (the same ranges, strided).
+  Status slices_plan(const Destination& dst, PullPlan::State& out) const {
+    const auto& slices = dst.tensor_slices();
+    if (slices.empty()) return Status(ErrorCode::kInvalidArgument, "a partial destination names no slice");
+    std::uint64_t total = 0;
+    for (const auto& slice : slices) {
+      const TensorEntry* t = layout.find(slice.tensor);
+      if (t == nullptr) {
+        return Status(ErrorCode::kInvalidArgument, "a slice names unknown tensor '" + slice.tensor + "'");
+      }
+      const std::string where = "slice of '" + slice.tensor + "'";
+      if (slice.dest == nullptr || slice.length == 0 || slice.count == 0) {
+        return Status(ErrorCode::kInvalidArgument, where + " has no destination, no length or no ranges");
+      }
+      if (slice.count > 1 && slice.stride < slice.length) {
+        return Status(ErrorCode::kInvalidArgument, where + ": stride " + std::to_string(slice.stride) +
+                                                       " is shorter than the range (" +
+                                                       std::to_string(slice.length) + " bytes): ranges overlap");
+      }
+      const std::uint64_t dest_stride = slice.dest_stride == 0 ? slice.length : slice.dest_stride;
+      std::uint64_t last = 0, end = 0, bytes = 0, dest_last = 0;
+      if (__builtin_mul_overflow(slice.count - 1, slice.stride, &last) ||
+          __builtin_add_overflow(last, slice.offset, &last) || __builtin_add_overflow(last, slice.length, &end) ||
+          end > t->bytes || __builtin_mul_overflow(slice.count, slice.length, &bytes) ||
+          __builtin_mul_overflow(slice.count - 1, dest_stride, &dest_last) ||
+          __builtin_add_overflow(total, bytes, &total)) {
+        return Status(ErrorCode::kInvalidArgument, where + " reaches past the tensor's " +
+                                                       std::to_string(t->bytes) + " bytes");
+      }
+      if (slice.count > 1 && dest_stride < slice.length) {
+        return Status(ErrorCode::kInvalidArgument, where + ": dest_stride is shorter than the range");
+      }
+      auto* dest = static_cast<char*>(slice.dest);
+      const std::uint64_t offset = t->offset + slice.offset;
+      if (slice.count == 1 || (slice.stride == slice.length && dest_stride == slice.length)) {
+        // One contiguous run on both sides.
+        out.pieces.push_back(detail::ReadPiece{offset, bytes, dest});
+        out.view.push_back(detail::ViewEntry{offset, bytes, 1, 0});
+      } else {
+        for (std::uint64_t i = 0; i < slice.count; ++i) {
+          out.pieces.push_back(detail::ReadPiece{offset + i * slice.stride, slice.length, dest + i * dest_stride});
+        }
+        out.view.push_back(detail::ViewEntry{offset, slice.length, slice.count, slice.stride});
+      }
+      out.spans.emplace_back(dest, static_cast<std::size_t>(dest_last + slice.length));
+    }
+    if (total > layout.payload_bytes()) {
+      return Status(ErrorCode::kInvalidArgument, "the slices name " + std::to_string(total) +
+                                                     " bytes, more than the layout's " +
+                                                     std::to_string(layout.payload_bytes()) +
+                                                     ": name each byte once");
+    }
+    out.bytes = total;
+    merge_spans(out.spans);
+    return Status();
+  }
+
+  // Overlapping or touching spans become one (one registration per run).
+  static void merge_spans(std::vector<std::pair<void*, std::size_t>>& spans) {
+    std::sort(spans.begin(), spans.end());
+    std::vector<std::pair<void*, std::size_t>> merged;
+    for (const auto& [p, n] : spans) {
+      auto* begin = static_cast<char*>(p);
+      if (!merged.empty()) {
+        auto* last_begin = static_cast<char*>(merged.back().first);
+        if (begin <= last_begin + merged.back().second) {
+          const std::size_t end = std::max<std::size_t>(merged.back().second, (begin - last_begin) + n);
+          merged.back().second = end;
+          continue;
+        }
+      }
+      merged.emplace_back(p, n);
+    }
+    spans = std::move(merged);
+  }
+
+  // The plan of any destination; partial ones get their view registered
+  // (once per distinct view for the session's life: view_ids).
+  Result<std::shared_ptr<PullPlan::State>> plan_for(const Destination& dst) {
+    auto state = std::make_shared<PullPlan::State>();
+    state->owner = this;
+    state->kind = dst.memory_kind();
+    if (!dst.is_partial()) {
+      auto whole = whole_plan_for(dst);
+      if (!whole.ok()) return whole.status();
+      state->pieces = std::move(*whole);
+      state->bytes = layout.payload_bytes();
+      return state;
+    }
+    if (dst.memory_kind() != MemoryKind::kHost && dst.memory_kind() != MemoryKind::kCuda) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "unknown destination memory kind " + std::to_string(static_cast<int>(dst.memory_kind())));
+    }
+    state->partial = true;
+    if (Status s = slices_plan(dst, *state); !s.ok()) return s;
+    if (dst.memory_kind() == MemoryKind::kCuda) {
+      const detail::DeviceBackend backend = detail::device_backend();
+      for (const auto& [p, n] : state->spans) {
+        if (Status s = backend.check_device_memory(p, n, "a slice destination"); !s.ok()) return s;
+      }
+    }
+    if (checksums && options.verify_checksum) {
+      auto id = view_id_for(state->view);
+      if (!id.ok()) return id.status();
+      state->view_id = *id;
+    }
+    return state;
+  }
+
+  // The publisher's id of a view, registering it on first sight.
+  Result<std::uint32_t> view_id_for(const std::vector<detail::ViewEntry>& view) {
+    detail::StreamHasher h;
+    h.update(view.data(), view.size() * sizeof(detail::ViewEntry));
+    const std::uint64_t key = h.digest();
+    for (const auto& known : views[key]) {
+      if (known.first.size() == view.size() &&
+          std::equal(view.begin(), view.end(), known.first.begin(), [](const auto& a, const auto& b) {
+            return a.offset == b.offset && a.length == b.length && a.count == b.count && a.stride == b.stride;
+          })) {
+        return known.second;
+      }
+    }
+    auto id = note(control.register_view(view));
+    if (!id.ok()) {
+      if (id.status().code() == ErrorCode::kProtocolError && sticky.code() == ErrorCode::kProtocolError) {
+        return Status(ErrorCode::kProtocolError,
+                      id.status().message() + " (a publisher older than partial pulls? upgrade it)");
+      }
+      return id.status();
+    }
+    views[key].emplace_back(view, *id);
+    ++stats.views;
+    return *id;
+  }
+
+  int options_max_retries() const { return options.max_retries; }
+  // The retry and wait loop of every pull (defined below).
+  Result<PullResult> pull(PullPlan::State& plan, const PullOptions& options);
+  // QUERY_VERSION waiting up to `timeout` for a version newer than `newer_than`.
+  Result<std::uint64_t> wait_newer(std::uint64_t newer_than, std::chrono::milliseconds timeout) {
+    const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
+    auto latest = note(control.query_version(newer_than, wait, streaming()));
+    if (!latest.ok()) return latest;
+    if (*latest <= newer_than) {
+      return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
+                                             std::to_string(timeout.count()) +
+                                             " ms (latest: " + std::to_string(*latest) + ")");
+    }
+    return latest;
+  }
+
+  // Registers a prepared plan's spans again after release_memory().
+  Status ensure_registered(PullPlan::State& state) {
+    const std::uint64_t generation = channel->registration_generation();
+    if (state.ensured_generation == generation) return Status();
+    for (const auto& [p, n] : state.spans) {
+      if (Status s = channel->register_region(p, n); !s.ok()) return s;
+    }
+    state.ensured_generation = channel->registration_generation();
+    return Status();
+  }
+
   // Whether this subscriber pulls in-progress versions (accept_streaming,
   // offered, tcp). Other transports read one-sidedly: whole versions only.
   bool streaming() const {
@@ -169,9 +368,14 @@ class Subscriber::Impl {
   }
 
   // One attempt: lease, read, release, verify.
-  Result<PullResult> attempt(const std::vector<detail::ReadPiece>& plan, std::uint64_t newer_than,
+  Result<PullResult> attempt(const PullPlan::State& pulled, std::uint64_t newer_than,
                              const PullOptions& pull_options, detail::StreamHasher& hasher, bool staged) {
-    auto lease = note(control.acquire(newer_than, streaming() && !staged));
+    const std::vector<detail::ReadPiece>& plan = pulled.pieces;
+    const bool exact = pull_options.version.has_value();
+    // ACQUIRE_VIEW only where needed: ACQUIRE works with publishers before it.
+    auto lease = exact || pulled.view_id != 0
+                     ? note(control.acquire_view(exact ? *pull_options.version : newer_than, exact, pulled.view_id))
+                     : note(control.acquire(newer_than, streaming() && !staged && !pulled.partial));
     if (!lease.ok()) return lease.status();
     if (lease->slot >= slot_count) {
       Status bad(ErrorCode::kProtocolError, "publisher leased slot " + std::to_string(lease->slot) + " of " +
@@ -183,8 +387,9 @@ class Subscriber::Impl {
     if (pull_options.on_start) pull_options.on_start(lease->version, lease->streaming());
     if (lease->streaming()) return attempt_streaming(*lease, plan, pull_options, hasher);
     std::uint64_t received = 0;
-    const std::uint64_t total = layout.payload_bytes();
-    const bool hashing = lease->has_checksum && options.verify_checksum;
+    const std::uint64_t total = pulled.bytes;
+    // A partial pull checks its view's checksum; without a view there is none to check.
+    const bool hashing = lease->has_checksum && options.verify_checksum && (!pulled.partial || pulled.view_id != 0);
     detail::ReadRequest request;
     request.lease_id = lease->lease_id;
     request.slot = lease->slot;
@@ -214,6 +419,7 @@ class Subscriber::Impl {
     out.version = lease->version;
     out.bytes = received;
     out.staged = staged;
+    out.partial = pulled.partial;
     if (hashing) {
       if (hasher.digest() != lease->checksum) {
         return Status(ErrorCode::kChecksumMismatch,
@@ -428,6 +634,7 @@ std::uint64_t Subscriber::held_version() const noexcept {
 SubscriberStats Subscriber::stats() const {
   SubscriberStats s = impl_->stats;
   s.registrations = impl_->channel->registrations() + (impl_->staging ? impl_->staging->chunk_count() : 0);
+  s.registrations_released = impl_->channel->released_registrations();
   return s;
 }
 
@@ -445,15 +652,7 @@ Result<std::uint64_t> Subscriber::latest_version() try {
 Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
                                                    std::chrono::milliseconds timeout) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
-  const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
-  auto latest = impl_->note(impl_->control.query_version(newer_than, wait, impl_->streaming()));
-  if (!latest.ok()) return latest;
-  if (*latest <= newer_than) {
-    return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
-                                           std::to_string(timeout.count()) +
-                                           " ms (latest: " + std::to_string(*latest) + ")");
-  }
-  return latest;
+  return impl_->wait_newer(newer_than, timeout);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::wait_for_version: ") + e.what());
 }
@@ -475,33 +674,32 @@ std::chrono::steady_clock::time_point wait_deadline(std::chrono::steady_clock::t
 
 }  // namespace
 
-Result<PullResult> Subscriber::pull(const Destination& destination, const PullOptions& options) try {
-  if (!impl_->sticky.ok()) return impl_->sticky;
+Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  auto plan = impl_->plan_for(destination);
-  if (!plan.ok()) return plan.status();
-  const bool staged =
-      destination.memory_kind() == MemoryKind::kCuda && !impl_->channel->writes_device_memory();
+  const bool staged = plan.kind == MemoryKind::kCuda && !channel->writes_device_memory();
   if (staged) {
-    if (Status s = impl_->ensure_staging(); !s.ok()) return s;
+    if (Status s = ensure_staging(); !s.ok()) return s;
   }
-  const std::uint64_t newer_than = options.newer_than.value_or(impl_->held_version);
+  const bool exact = options.version.has_value();
+  if (exact && *options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  // What "newer" means: newer than held_version(), or (exact) reaching the version.
+  const std::uint64_t newer_than = exact ? *options.version - 1 : options.newer_than.value_or(held_version);
   const auto wait_until = wait_deadline(start, options.wait);
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};
   for (;;) {
-    auto result = impl_->attempt(*plan, newer_than, options, hasher, staged);
+    auto result = attempt(plan, newer_than, options, hasher, staged);
     if (result.ok()) {
       result->retries = retries;
       result->wait_seconds = std::chrono::duration<double>(waited).count();
       result->seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
-      impl_->held_version = result->version;
-      ++impl_->stats.pulls;
-      if (staged) ++impl_->stats.staged_pulls;
-      impl_->stats.retries += retries;
-      impl_->stats.bytes += result->bytes;
+      held_version = result->version;
+      ++stats.pulls;
+      if (staged) ++stats.staged_pulls;
+      stats.retries += retries;
+      stats.bytes += result->bytes;
       return result;
     }
     const ErrorCode code = result.status().code();
@@ -509,26 +707,78 @@ Result<PullResult> Subscriber::pull(const Destination& destination, const PullOp
       const auto now = std::chrono::steady_clock::now();
       if (now >= wait_until) return result.status();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - now);
-      auto latest = wait_for_version(newer_than, std::max(left, std::chrono::milliseconds(1)));
+      auto latest = wait_newer(newer_than, std::max(left, std::chrono::milliseconds(1)));
       waited += std::chrono::steady_clock::now() - now;
-      if (!impl_->sticky.ok()) return impl_->sticky;  // the wait broke the connection
+      if (!sticky.ok()) return sticky;  // the wait broke the connection
       // A wait longer than one query allows ends in kTimeout: query again until wait_until.
       if (!latest.ok() && latest.status().code() != ErrorCode::kTimeout) return latest.status();
       continue;
     }
-    if ((code == ErrorCode::kVersionRevoked || code == ErrorCode::kChecksumMismatch) &&
-        static_cast<int>(retries) < impl_->options.max_retries) {
+    // An exact version that was revoked is gone for good here: the caller
+    // (a SubscriberGroup) picks a newer one.
+    const bool retry_revoked = code == ErrorCode::kVersionRevoked && !exact;
+    if ((retry_revoked || code == ErrorCode::kChecksumMismatch) &&
+        static_cast<int>(retries) < options_max_retries()) {
       ++retries;
       WS_DEBUG("subscriber: retrying pull: {}", result.status().to_string());
       continue;
     }
     return result.status();
   }
+}
+
+Result<PullResult> Subscriber::pull(const Destination& destination, const PullOptions& options) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  auto plan = impl_->plan_for(destination);
+  if (!plan.ok()) return plan.status();
+  return impl_->pull(**plan, options);
 } catch (const std::exception& e) {
   // Possibly thrown mid-transfer (e.g. by on_progress): the stream's state is unknown now.
   Status failed(ErrorCode::kInternal, std::string("Subscriber::pull: ") + e.what());
   impl_->note_status(failed, /*force=*/true);
   return failed;
+}
+
+Result<PullPlan> Subscriber::prepare(const Destination& destination) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  auto state = impl_->plan_for(destination);
+  if (!state.ok()) return state.status();
+  if (Status s = impl_->ensure_registered(**state); !s.ok()) return s;
+  PullPlan plan;
+  plan.state_ = std::move(*state);
+  return plan;
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::prepare: ") + e.what());
+}
+
+Result<PullResult> Subscriber::pull(const PullPlan& plan, const PullOptions& options) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  if (!plan.state_ || plan.state_->owner != impl_.get()) {
+    return Status(ErrorCode::kInvalidArgument, "this PullPlan was not prepared by this Subscriber");
+  }
+  if (Status s = impl_->ensure_registered(*plan.state_); !s.ok()) return s;
+  return impl_->pull(*plan.state_, options);
+} catch (const std::exception& e) {
+  Status failed(ErrorCode::kInternal, std::string("Subscriber::pull: ") + e.what());
+  impl_->note_status(failed, /*force=*/true);
+  return failed;
+}
+
+Status Subscriber::register_memory(void* base, std::size_t bytes) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  if (base == nullptr || bytes == 0) return Status(ErrorCode::kInvalidArgument, "register_memory: empty region");
+  return impl_->channel->register_region(base, bytes);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::register_memory: ") + e.what());
+}
+
+Status Subscriber::release_memory(void* base, std::size_t bytes) try {
+  if (base == nullptr || bytes == 0) return Status(ErrorCode::kInvalidArgument, "release_memory: empty region");
+  const std::size_t dropped = impl_->channel->release_region(base, bytes);
+  WS_DEBUG("subscriber: released {} registration(s) in [{}, +{})", dropped, base, bytes);
+  return Status();
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::release_memory: ") + e.what());
 }
 
 }  // namespace weightsync

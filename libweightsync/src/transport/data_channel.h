@@ -56,6 +56,14 @@ class DataChannel {
   // Memory registrations this channel made (destinations are registered on
   // first use only; a steady pull loop adds none).
   virtual std::uint64_t registrations() const { return 0; }
+  // Channels that read into registered memory (ucx's get path, verbs; see
+  // transport/registration_cache.h): register a region once, drop the
+  // registrations overlapping a range, count those dropped, and bump
+  // registration_generation() on every drop. Others: nothing to do.
+  virtual Status register_region(void* /*base*/, std::size_t /*bytes*/) { return Status(); }
+  virtual std::size_t release_region(void* /*base*/, std::size_t /*bytes*/) { return 0; }
+  virtual std::uint64_t released_registrations() const { return 0; }
+  virtual std::uint64_t registration_generation() const { return 0; }
   // Whether plan pieces may point into CUDA device memory. Channels that
   // cannot write it are given host staging chunks instead (cuda/staging.h).
   virtual bool writes_device_memory() const { return false; }

@@ -32,6 +32,9 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kCudaIpcRegions: return "CUDA_IPC_REGIONS";
     case MsgType::kWaitWatermark: return "WAIT_WATERMARK";
     case MsgType::kWatermark: return "WATERMARK";
+    case MsgType::kRegisterView: return "REGISTER_VIEW";
+    case MsgType::kView: return "VIEW";
+    case MsgType::kAcquireView: return "ACQUIRE_VIEW";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

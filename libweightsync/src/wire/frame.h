@@ -49,6 +49,9 @@ enum class MsgType : std::uint16_t {
   kCudaIpcRegions = 26,
   kWaitWatermark = 27,
   kWatermark = 28,
+  kRegisterView = 31,
+  kView = 32,
+  kAcquireView = 33,
   kBye = 30,
 };
 

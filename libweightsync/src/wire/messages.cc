@@ -279,6 +279,68 @@ Result<WatermarkMsg> WatermarkMsg::decode(const std::vector<std::uint8_t>& p) {
   return m;
 }
 
+std::vector<std::uint8_t> RegisterViewMsg::encode() const {
+  ByteWriter w;
+  w.u32(view_id);
+  w.u32(static_cast<std::uint32_t>(entries.size()));
+  for (const auto& e : entries) {
+    w.u64(e.offset);
+    w.u64(e.length);
+    w.u64(e.count);
+    w.u64(e.stride);
+  }
+  return w.take();
+}
+
+Result<RegisterViewMsg> RegisterViewMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  RegisterViewMsg m;
+  std::uint32_t count = 0;
+  if (!r.u32(&m.view_id) || !r.u32(&count) || count == 0 || count > kMaxViewEntriesPerMessage ||
+      static_cast<std::uint64_t>(count) * 32 != r.remaining()) {
+    return malformed("REGISTER_VIEW");
+  }
+  m.entries.resize(count);
+  for (auto& e : m.entries) {
+    if (!r.u64(&e.offset) || !r.u64(&e.length) || !r.u64(&e.count) || !r.u64(&e.stride))
+      return malformed("REGISTER_VIEW");
+    if (e.length == 0 || e.count == 0) return malformed("REGISTER_VIEW (empty entry)");
+  }
+  if (!finish(r)) return malformed("REGISTER_VIEW");
+  return m;
+}
+
+std::vector<std::uint8_t> ViewMsg::encode() const {
+  ByteWriter w;
+  w.u32(view_id);
+  w.u64(entries);
+  return w.take();
+}
+
+Result<ViewMsg> ViewMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  ViewMsg m;
+  if (!r.u32(&m.view_id) || !r.u64(&m.entries) || !finish(r) || m.view_id == 0) return malformed("VIEW");
+  return m;
+}
+
+std::vector<std::uint8_t> AcquireViewMsg::encode() const {
+  ByteWriter w;
+  w.u64(version);
+  w.u8(exact ? 1 : 0);
+  w.u32(view_id);
+  return w.take();
+}
+
+Result<AcquireViewMsg> AcquireViewMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  AcquireViewMsg m;
+  if (!r.u64(&m.version) || !read_flag(r, &m.exact) || !r.u32(&m.view_id) || !finish(r))
+    return malformed("ACQUIRE_VIEW");
+  if (m.exact && m.version == 0) return malformed("ACQUIRE_VIEW (version 0)");
+  return m;
+}
+
 std::vector<std::uint8_t> TcpOffer::encode() const {
   if (features == 0) return {};
   ByteWriter w;

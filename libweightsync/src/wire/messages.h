@@ -186,6 +186,46 @@ struct WatermarkMsg {
   static Result<WatermarkMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
+// Partial pulls and versions across ranks (docs/protocol.md, "Views").
+// A view is the list of byte ranges a partial pull reads, in the order it
+// reads them, registered once per session in one or more REGISTER_VIEW
+// parts; the publisher answers VIEW with its id and entry count. An entry is
+// `count` ranges of `length` bytes at `offset + i * stride`.
+inline constexpr std::uint32_t kMaxViewEntriesPerMessage = 4000;  // fits kMaxRequestPayload
+struct ViewEntry {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t count = 1;
+  std::uint64_t stride = 0;
+};
+
+struct RegisterViewMsg {
+  std::uint32_t view_id = 0;  // 0: a new view; else append to that view of this session
+  std::vector<ViewEntry> entries;  // 1..kMaxViewEntriesPerMessage; length, count > 0
+  std::vector<std::uint8_t> encode() const;
+  static Result<RegisterViewMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+struct ViewMsg {
+  std::uint32_t view_id = 0;  // never 0
+  std::uint64_t entries = 0;  // entries registered in the view so far
+  std::vector<std::uint8_t> encode() const;
+  static Result<ViewMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// ACQUIRE_VIEW: like ACQUIRE, but (exact) exactly `version` rather than the
+// newest one newer than it, and (view_id != 0) a LEASE whose checksum is the
+// xxHash3-64 of the view's bytes in view order, not of the whole version.
+// Refusals: ERROR(kNotReady) not yet published, ERROR(kVersionRevoked) no
+// longer held (exact), ERROR(kInvalidArgument) unknown view.
+struct AcquireViewMsg {
+  std::uint64_t version = 0;  // exact: the version; else newer_than
+  bool exact = false;
+  std::uint32_t view_id = 0;  // 0: the whole layout
+  std::vector<std::uint8_t> encode() const;
+  static Result<AcquireViewMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
 // The "tcp" offer blob in SLOT_TABLE. Empty (publishers before streaming,
 // and any publisher without features): no features. Else version 1 and a
 // feature mask; unknown feature bits are ignored.

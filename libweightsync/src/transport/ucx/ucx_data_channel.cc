@@ -5,7 +5,8 @@
 // (ucp_rkey_ptr succeeds: UCX's shared-memory transports with UCX-allocated
 // slots), a read is one memcpy from the mapping, like transport/shm. Get:
 // otherwise (rc, dc, tcp, ...), destinations are registered with ucp_mem_map
-// the first time they are used and never again (registrations() counts them)
+// the first time they are used, or once for a whole region
+// (register_region), and kept until release_region (registration_cache.h)
 // and reads are ucp_get_nbx in chunks with several requests in flight,
 // straight into the destination. Either way the slot's stamp is read after
 // the last byte (seqlock check). WEIGHTSYNC_UCX_DIRECT=0 forces the get path.
@@ -19,6 +20,7 @@
 #include "common/deadline.h"
 #include "common/log.h"
 #include "transport/direct_copy.h"
+#include "transport/registration_cache.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/ucx/ucx_offer.h"
 #include "transport/ucx/ucx_transport.h"
@@ -54,12 +56,21 @@ void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
 class UcxDataChannel final : public DataChannel {
  public:
   UcxDataChannel(UcxEndpointStack stack, UcxOffer offer)
-      : stack_(std::move(stack)), offer_(std::move(offer)) {}
+      : stack_(std::move(stack)), offer_(std::move(offer)), registered_([this](void* base, std::size_t bytes) {
+          return register_memory(base, bytes);
+        }) {}
 
   ~UcxDataChannel() override { close(); }
 
   const char* name() const override { return "ucx"; }
-  std::uint64_t registrations() const override { return registrations_; }
+  std::uint64_t registrations() const override { return registered_.registrations(); }
+  Status register_region(void* base, std::size_t bytes) override {
+    if (!direct_slots_.empty()) return Status();  // direct copies need no registration
+    return registered_.add(base, bytes);
+  }
+  std::size_t release_region(void* base, std::size_t bytes) override { return registered_.release(base, bytes); }
+  std::uint64_t released_registrations() const override { return registered_.released(); }
+  std::uint64_t registration_generation() const override { return registered_.generation(); }
 
   Status connect(std::uint64_t slot_bytes, int timeout_ms) {
     ucp_ep_params_t params{};
@@ -127,12 +138,13 @@ class UcxDataChannel final : public DataChannel {
           piece.length > offer_.slots[request.slot].length - piece.slot_offset) {
         return Status(ErrorCode::kInternal, "read plan outside the slot");
       }
-      auto memh = registration(piece.dest, piece.length);
-      if (!memh.ok()) return memh.status();
+      auto registered = registered_.covering(piece.dest, piece.length);
+      if (!registered.ok()) return registered.status();
+      auto* memh = static_cast<ucp_mem_h>(*registered);
       for (std::uint64_t off = 0; off < piece.length; off += kChunk) {
         chunks.push_back(Chunk{static_cast<char*>(piece.dest) + off, slot_base + piece.slot_offset + off,
                                static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, piece.length - off)),
-                               *memh});
+                               memh});
       }
     }
     // Heap-owned: a request UCX never completes keeps its state alive in abandoned_.
@@ -203,7 +215,6 @@ class UcxDataChannel final : public DataChannel {
 
   void close() override {
     close_endpoint_only();
-    for (auto& [key, memh] : registered_) ucp_mem_unmap(stack_.context.get(), memh);
     registered_.clear();
   }
 
@@ -238,16 +249,14 @@ class UcxDataChannel final : public DataChannel {
     return Rkey(rkey);
   }
 
-  // The destination's registration, made on first use only.
-  Result<ucp_mem_h> registration(void* dest, std::uint64_t length) {
-    auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(dest), length);
-    auto it = registered_.find(key);
-    if (it != registered_.end()) return it->second;
-    auto memh = ucx_register(stack_.context.get(), dest, length, "the destination");
+  // A ucp_mem_map registration, unmapped when its last owner goes.
+  Result<RegistrationCache::Registration> register_memory(void* base, std::size_t bytes) {
+    auto memh = ucx_register(stack_.context.get(), base, bytes, "the destination");
     if (!memh.ok()) return memh.status();
-    ++registrations_;
-    registered_.emplace(key, *memh);
-    return *memh;
+    ucp_context_h context = stack_.context.get();
+    ucp_mem_h handle = *memh;
+    return RegistrationCache::Registration{
+        handle, std::shared_ptr<void>(handle, [context](void* h) { ucp_mem_unmap(context, static_cast<ucp_mem_h>(h)); })};
   }
 
   Status get(void* dest, std::size_t length, std::uint64_t remote, ucp_rkey_h rkey, ucp_mem_h memh,
@@ -365,8 +374,7 @@ class UcxDataChannel final : public DataChannel {
   std::vector<const char*> direct_slots_;
   const std::atomic<std::uint64_t>* direct_stamps_ = nullptr;
   std::uint64_t slot_bytes_ = 0;
-  std::map<std::pair<std::uintptr_t, std::uint64_t>, ucp_mem_h> registered_;
-  std::uint64_t registrations_ = 0;
+  RegistrationCache registered_;  // destroyed before stack_: unmapped while the context lives
   std::atomic<int> peer_error_{UCS_OK};
   Status broken_;
   std::chrono::steady_clock::time_point last_liveness_check_{};

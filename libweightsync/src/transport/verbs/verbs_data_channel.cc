@@ -1,6 +1,7 @@
 // ibverbs transport, subscriber side: an RC queue pair connected over the
 // control plane; each pull posts RDMA READs (8 MiB each, up to 16 in flight)
-// straight into the destination, registered on first use only, then one
+// straight into the destination, registered on first use or once per region
+// (register_region) until release_region (registration_cache.h), then one
 // 8-byte READ of the slot's stamp after the data READs completed. Work
 // completion errors map to kConnectionLost (the publisher or the fabric is
 // gone) or kProtocolError (it refused the access: a bad rkey or range).
@@ -8,6 +9,7 @@
 
 #include "auth/crypto.h"
 #include "common/deadline.h"
+#include "transport/registration_cache.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_transport.h"
 
@@ -31,10 +33,16 @@ Status completion_error(const ibv_wc& wc) {
 class VerbsDataChannel final : public DataChannel {
  public:
   VerbsDataChannel(VerbsDevice device, VerbsOffer offer)
-      : device_(std::move(device)), offer_(std::move(offer)) {}
+      : device_(std::move(device)), offer_(std::move(offer)), mrs_([this](void* base, std::size_t bytes) {
+          return register_memory(base, bytes);
+        }) {}
 
   const char* name() const override { return "verbs"; }
-  std::uint64_t registrations() const override { return registrations_; }
+  std::uint64_t registrations() const override { return mrs_.registrations(); }
+  Status register_region(void* base, std::size_t bytes) override { return mrs_.add(base, bytes); }
+  std::size_t release_region(void* base, std::size_t bytes) override { return mrs_.release(base, bytes); }
+  std::uint64_t released_registrations() const override { return mrs_.released(); }
+  std::uint64_t registration_generation() const override { return mrs_.generation(); }
 
   Status connect(const TransportExchange& exchange) {
     cq_.reset(ibv_create_cq(device_.context.get(), kMaxReads + 1, nullptr, nullptr, 0));
@@ -73,12 +81,13 @@ class VerbsDataChannel final : public DataChannel {
       if (piece.slot_offset > slot.length || piece.length > slot.length - piece.slot_offset) {
         return Status(ErrorCode::kInternal, "read plan outside the slot");
       }
-      auto mr = registration(piece.dest, piece.length);
-      if (!mr.ok()) return mr.status();
+      auto registered = mrs_.covering(piece.dest, piece.length);
+      if (!registered.ok()) return registered.status();
+      const std::uint32_t lkey = static_cast<ibv_mr*>(*registered)->lkey;
       for (std::uint64_t off = 0; off < piece.length; off += kChunk) {
         chunks.push_back(Chunk{
             static_cast<char*>(piece.dest) + off, slot.address + piece.slot_offset + off,
-            static_cast<std::uint32_t>(std::min<std::uint64_t>(kChunk, piece.length - off)), (*mr)->lkey});
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(kChunk, piece.length - off)), lkey});
       }
     }
     std::size_t posted = 0, completed = 0;
@@ -107,17 +116,14 @@ class VerbsDataChannel final : public DataChannel {
   void close() override {}
 
  private:
-  Result<ibv_mr*> registration(void* dest, std::uint64_t length) {
-    auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(dest), length);
-    auto it = mrs_.find(key);
-    if (it != mrs_.end()) return it->second.get();
-    IbvMr mr(ibv_reg_mr(device_.pd.get(), dest, length, IBV_ACCESS_LOCAL_WRITE));
-    if (!mr)
+  // An ibv_reg_mr registration, deregistered when its last owner goes.
+  Result<RegistrationCache::Registration> register_memory(void* base, std::size_t bytes) {
+    ibv_mr* mr = ibv_reg_mr(device_.pd.get(), base, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == nullptr)
       return Status(ErrorCode::kInvalidConfig, "ibv_reg_mr of the destination failed (raise ulimit -l?)");
-    ++registrations_;
-    ibv_mr* raw = mr.get();
-    mrs_.emplace(key, std::move(mr));
-    return raw;
+    return RegistrationCache::Registration{mr, std::shared_ptr<void>(mr, [](void* m) {
+                                             ibv_dereg_mr(static_cast<ibv_mr*>(m));
+                                           })};
   }
 
   Status post_read(void* dest, std::uint32_t length, std::uint32_t lkey, std::uint64_t remote,
@@ -184,8 +190,7 @@ class VerbsDataChannel final : public DataChannel {
   VerbsDevice device_;  // destroyed last
   VerbsOffer offer_;
   IbvCq cq_;
-  std::map<std::pair<std::uintptr_t, std::uint64_t>, IbvMr> mrs_;
-  std::uint64_t registrations_ = 0;
+  RegistrationCache mrs_;  // destroyed before device_: deregistered while the PD lives
   std::uint64_t stamp_ = 0;
   IbvMr stamp_mr_;
   IbvQp qp_;  // destroyed first

@@ -1,0 +1,107 @@
+// Views of partial pulls and their per-version checksums.
+#include "publisher/view_registry.h"
+
+#include <string>
+
+#include "common/checksum.h"
+#include "common/tsan.h"
+
+namespace weightsync::detail {
+namespace {
+
+Status refuse(const std::string& why) {
+  return Status(ErrorCode::kInvalidArgument, why);
+}
+
+// The bytes of one entry if all its ranges lie in a slot of `slot_bytes`.
+Result<std::uint64_t> entry_bytes(const ViewEntry& e, std::uint64_t slot_bytes) {
+  if (e.count > 1 && e.stride < e.length) return refuse("a view entry's ranges overlap (stride < length)");
+  std::uint64_t last = 0, end = 0, bytes = 0;
+  if (__builtin_mul_overflow(e.count - 1, e.stride, &last) || __builtin_add_overflow(last, e.offset, &last) ||
+      __builtin_add_overflow(last, e.length, &end) || end > slot_bytes ||
+      __builtin_mul_overflow(e.count, e.length, &bytes)) {
+    return refuse("a view entry lies outside the " + std::to_string(slot_bytes) + "-byte slot");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Result<ViewMsg> ViewRegistry::add(std::uint64_t session, const RegisterViewMsg& request) {
+  std::uint64_t added = 0;
+  for (const auto& e : request.entries) {
+    auto bytes = entry_bytes(e, slot_bytes_);
+    if (!bytes.ok()) return bytes.status();
+    if (__builtin_add_overflow(added, *bytes, &added) || added > slot_bytes_)
+      return refuse("a view covers more bytes than the slot holds; name each byte once");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Session& s = sessions_[session];
+  if (s.entries + request.entries.size() > kMaxEntriesPerSession) {
+    return refuse("views of this session would exceed " + std::to_string(kMaxEntriesPerSession) + " entries");
+  }
+  std::shared_ptr<View> view;
+  std::uint32_t id = request.view_id;
+  if (id == 0) {
+    if (s.views.size() >= kMaxViewsPerSession) {
+      return refuse("this session already has " + std::to_string(kMaxViewsPerSession) + " views");
+    }
+    id = s.next_id++;
+    view = std::make_shared<View>();
+    s.views.emplace(id, view);
+  } else {
+    auto it = s.views.find(id);
+    if (it == s.views.end()) return refuse("REGISTER_VIEW names view " + std::to_string(id) + ", not one of this session's");
+    view = it->second;
+  }
+  if (view->bytes + added > slot_bytes_)
+    return refuse("a view covers more bytes than the slot holds; name each byte once");
+  view->entries.insert(view->entries.end(), request.entries.begin(), request.entries.end());
+  view->bytes += added;
+  view->stamp = 0;  // a changed view has no cached checksum
+  s.entries += request.entries.size();
+  return ViewMsg{id, view->entries.size()};
+}
+
+Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_t view_id, const SlotRing& ring,
+                                             std::uint32_t slot, std::uint64_t stamp) {
+  std::shared_ptr<View> view;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = sessions_.find(session);
+    if (s != sessions_.end()) {
+      auto it = s->second.views.find(view_id);
+      if (it != s->second.views.end()) view = it->second;
+    }
+    if (!view) return refuse("ACQUIRE_VIEW names view " + std::to_string(view_id) + ", not one of this session's");
+    if (view->stamp == stamp && view->slot == slot && stamp != 0) return view->checksum;
+  }
+  // Seqlock read: the bytes count only if the slot still holds `stamp` after.
+  if (ring.stamp_before(slot) != stamp) {
+    return Status(ErrorCode::kVersionRevoked, "the leased version was replaced before its view was hashed");
+  }
+  StreamHasher hasher;
+  const auto* base = static_cast<const std::uint8_t*>(ring.slot_data(slot));
+  {
+    SeqlockReadScope racy_by_design;
+    for (const auto& e : view->entries) {
+      for (std::uint64_t i = 0; i < e.count; ++i) hasher.update(base + e.offset + i * e.stride, e.length);
+    }
+  }
+  if (ring.stamp_after(slot) != stamp) {
+    return Status(ErrorCode::kVersionRevoked, "the leased version was replaced while its view was hashed");
+  }
+  const std::uint64_t sum = hasher.digest();
+  std::lock_guard<std::mutex> lock(mu_);
+  view->slot = slot;
+  view->stamp = stamp;
+  view->checksum = sum;
+  return sum;
+}
+
+void ViewRegistry::release_session(std::uint64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sessions_.erase(session);
+}
+
+}  // namespace weightsync::detail
