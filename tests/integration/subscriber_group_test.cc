@@ -140,6 +140,9 @@ TEST_CASE("subscriber group: a rank with nothing to read is not pulled", "[group
   CHECK(pulled->checksums_verified);
   CHECK(find_mismatch(half.data(), 2048, 1, layout.find("t0")->offset) == -1);
   CHECK((*group)->member(0).stats().pulls == 0);
+  CHECK((*group)->stats().pulls == 1);
+  CHECK((*group)->stats().bytes == 2048);
+  CHECK((*group)->stats().views == 1);
 }
 
 // The cross-rank stress lives in examples/sharded (the ctest entry

@@ -21,6 +21,11 @@ TEST_CASE("line stream: lines round trip over a pipe, with a timeout when none c
   CHECK(reader.read_line(std::chrono::seconds(1)) == std::optional<std::string>("hello"));
   CHECK(reader.read_line(std::chrono::seconds(1)) == std::optional<std::string>("second line"));
   CHECK_FALSE(reader.read_line(std::chrono::milliseconds(20)).has_value());
+  // A line already in the pipe is read even with a timeout under a millisecond.
+  CHECK(writer.write_line("quick"));
+  CHECK(reader.read_line(std::chrono::milliseconds(0)) == std::optional<std::string>("quick"));
+  CHECK(writer.write_line("also quick"));
+  CHECK(reader.read_line(std::chrono::milliseconds(1)) == std::optional<std::string>("also quick"));
 }
 
 TEST_CASE(

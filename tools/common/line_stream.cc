@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 
@@ -77,13 +78,16 @@ std::optional<std::string> LineStream::read_line(std::chrono::milliseconds timeo
       return line;
     }
     if (read_fd_ < 0) return std::nullopt;
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
+    // Rounded up, and polled at least once: a timeout under 1 ms still reads
+    // what is already there.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{read_fd_, POLLIN, 0};
-    int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    int ready = ::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
     if (ready < 0 && errno != EINTR) return std::nullopt;
-    if (ready <= 0) continue;
+    if (ready <= 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      continue;
+    }
     char chunk[4096];
     ssize_t n = ::read(read_fd_, chunk, sizeof(chunk));
     if (n < 0 && errno == EINTR) continue;

@@ -50,8 +50,10 @@ struct GroupPullOptions {
   std::optional<std::uint64_t> version;
   // How long to wait for such a version to be complete; 0: do not wait.
   std::chrono::milliseconds wait{0};
-  // Rounds started again because a rank moved past the version being read.
-  int max_rounds = 16;
+  // Rounds started again because a rank moved past the version being read
+  // (each round waits for a newer complete version, so rounds are bounded
+  // by the versions published during the pull).
+  int max_rounds = 64;
   // Pull the members concurrently (one thread each); false: one after another.
   bool parallel = true;
 };
@@ -96,6 +98,8 @@ class SubscriberGroup {
   std::uint64_t held_version() const noexcept;
   // OK, or the first member's sticky connection error.
   Status status() const;
+  // The members' SubscriberStats summed (pulls count member pulls).
+  SubscriberStats stats() const;
 
  private:
   explicit SubscriberGroup(std::vector<std::unique_ptr<Subscriber>> members);

@@ -323,9 +323,8 @@ class Subscriber::Impl {
     return *id;
   }
 
-  int options_max_retries() const { return options.max_retries; }
   // The retry and wait loop of every pull (defined below).
-  Result<PullResult> pull(PullPlan::State& plan, const PullOptions& options);
+  Result<PullResult> pull(PullPlan::State& plan, const PullOptions& pull_options);
   // QUERY_VERSION waiting up to `timeout` for a version newer than `newer_than`.
   Result<std::uint64_t> wait_newer(std::uint64_t newer_than, std::chrono::milliseconds timeout) {
     const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
@@ -674,22 +673,22 @@ std::chrono::steady_clock::time_point wait_deadline(std::chrono::steady_clock::t
 
 }  // namespace
 
-Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptions& options) {
+Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptions& pull_options) {
   const auto start = std::chrono::steady_clock::now();
   const bool staged = plan.kind == MemoryKind::kCuda && !channel->writes_device_memory();
   if (staged) {
     if (Status s = ensure_staging(); !s.ok()) return s;
   }
-  const bool exact = options.version.has_value();
-  if (exact && *options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  const bool exact = pull_options.version.has_value();
+  if (exact && *pull_options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
   // What "newer" means: newer than held_version(), or (exact) reaching the version.
-  const std::uint64_t newer_than = exact ? *options.version - 1 : options.newer_than.value_or(held_version);
-  const auto wait_until = wait_deadline(start, options.wait);
+  const std::uint64_t newer_than = exact ? *pull_options.version - 1 : pull_options.newer_than.value_or(held_version);
+  const auto wait_until = wait_deadline(start, pull_options.wait);
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};
   for (;;) {
-    auto result = attempt(plan, newer_than, options, hasher, staged);
+    auto result = attempt(plan, newer_than, pull_options, hasher, staged);
     if (result.ok()) {
       result->retries = retries;
       result->wait_seconds = std::chrono::duration<double>(waited).count();
@@ -718,7 +717,7 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
     // (a SubscriberGroup) picks a newer one.
     const bool retry_revoked = code == ErrorCode::kVersionRevoked && !exact;
     if ((retry_revoked || code == ErrorCode::kChecksumMismatch) &&
-        static_cast<int>(retries) < options_max_retries()) {
+        static_cast<int>(retries) < options.max_retries) {
       ++retries;
       WS_DEBUG("subscriber: retrying pull: {}", result.status().to_string());
       continue;

@@ -74,6 +74,22 @@ Status SubscriberGroup::status() const {
   return Status();
 }
 
+SubscriberStats SubscriberGroup::stats() const {
+  SubscriberStats sum;
+  for (const auto& m : members_) {
+    const SubscriberStats s = m->stats();
+    sum.pulls += s.pulls;
+    sum.retries += s.retries;
+    sum.bytes += s.bytes;
+    sum.registrations += s.registrations;
+    sum.staged_pulls += s.staged_pulls;
+    sum.streamed_pulls += s.streamed_pulls;
+    sum.registrations_released += s.registrations_released;
+    sum.views += s.views;
+  }
+  return sum;
+}
+
 Result<std::uint64_t> SubscriberGroup::latest_complete_version() try {
   std::uint64_t complete = UINT64_MAX;
   for (std::size_t r = 0; r < members_.size(); ++r) {
