@@ -6,6 +6,8 @@
 //   weightsync-bench server [--bind --port]    the publisher side, for another host
 //   weightsync-bench client HOST:PORT [opts]   the reader side, against a server
 //   weightsync-bench fanout [opts]             time-to-all-generators across test-bed hosts (fanout.h)
+//   weightsync-bench sharded [opts]            R publishers x T readers (sharded sync) beside one
+//                                              publisher of the same bytes, same run (sharded.h)
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -25,6 +27,7 @@
 #include "line_stream.h"
 #include "report.h"
 #include "roles.h"
+#include "sharded.h"
 #include "sweep.h"
 #include "weightsync/weightsync.h"
 
@@ -131,7 +134,8 @@ int main(int argc, char** argv) try {
       "weightsync-bench: pull bandwidth and latency of every weightsync transport, beside the limits of this "
       "machine (memcpy, raw TCP, iperf3, ucx_perftest, a checkpoint file) measured in the same run; with a "
       "CUDA "
-      "device, the GPU rows beside pinned D2H / H2D and D2D cudaMemcpy (--gpu).\n"
+      "device, the GPU rows beside pinned D2H / H2D and D2D cudaMemcpy (--gpu). `sharded`: R publishers x T "
+      "readers beside a single publisher of the same bytes.\n"
       "GB = 10^9 bytes. Figures are medians over --reps pulls per reader after a warm-up."};
   app.require_subcommand(0, 1);
 
@@ -227,6 +231,8 @@ int main(int argc, char** argv) try {
 
   // `fanout` (across test-bed hosts) and its per-host roles: fanout_cli.h.
   wsbench::FanoutCli fanout(app);
+  // `sharded` (R publishers x T readers) and its roles: sharded.h.
+  wsbench::ShardedCli sharded(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -243,6 +249,7 @@ int main(int argc, char** argv) try {
     std::ostringstream command;
     for (int i = 0; i < argc; ++i) command << (i ? " " : "") << argv[i];
     if (auto rc = fanout.run(self_executable(), command.str())) return *rc;
+    if (auto rc = sharded.run(self_executable(), command.str())) return *rc;
   }
   if (*replot) {
     wsbench::BenchReport loaded;

@@ -116,6 +116,26 @@ TEST_CASE("subscriber group: the newest complete version, from every rank, verif
   CHECK(gone.status().code() == ErrorCode::kVersionRevoked);
   // Which rank says so first depends on when each saw the last pull's RELEASE (no reply, by design).
   CHECK_THAT(gone.status().message(), Catch::Contains("trainer rank") && Catch::Contains("no longer held"));
+  // An exact version not published yet: kNotReady at once, or waited for
+  // until the slower rank has it too.
+  GroupPullOptions six;
+  six.version = 6;
+  CHECK((*group)->pull(buffers.destinations, six).status().code() == ErrorCode::kNotReady);
+  six.wait = std::chrono::seconds(5);
+  std::thread stepping([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    publish_pattern(*ranks.publishers[0], 6);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    publish_pattern(*ranks.publishers[1], 6);
+  });
+  auto got_six = (*group)->pull(buffers.destinations, six);
+  stepping.join();
+  REQUIRE(got_six.ok());
+  CHECK(got_six->version == 6);
+  CHECK(got_six->wait_seconds > 0.1);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(single_version((*group)->member(r).layout(), buffers.per_rank[r], 6) == 6);
+  }
   // Wrong shapes of arguments.
   CHECK((*group)->pull(std::vector<Destination>{}).status().code() == ErrorCode::kInvalidArgument);
   CHECK(SubscriberGroup::connect({}).status().code() == ErrorCode::kInvalidArgument);

@@ -83,6 +83,7 @@ class Publisher::Impl {
     if (!checksums) checksum.reset();  // a forwarded checksum is served only when checksums are on
     if (checksums && !checksum) checksum = checksum_of_slot(r.slot);
     ring->commit(r.slot, version, checksum);
+    if (views) views->committed(r.slot, version << 1);
     writer_open = false;
     PublishResult out;
     out.version = version;
@@ -132,6 +133,7 @@ Status Publisher::Impl::prepare_device_publish() {
         std::optional<std::uint64_t> checksum;
         if (checksums) checksum = checksum_of_slot(job.slot);
         ring->commit(job.slot, job.version, checksum);
+        if (views) views->committed(job.slot, job.version << 1);
         PublishResult out;
         out.version = job.version;
         out.slot = job.slot;
@@ -338,6 +340,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
                             std::move(offers), nullptr,          nullptr};
   impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes());
+  if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
   state.views = impl->views.get();
   if (impl->verbs) {
     detail::VerbsPublisherTransport* verbs_transport = impl->verbs.get();

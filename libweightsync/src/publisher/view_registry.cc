@@ -1,6 +1,7 @@
 // Views of partial pulls and their per-version checksums.
 #include "publisher/view_registry.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/checksum.h"
@@ -63,19 +64,8 @@ Result<ViewMsg> ViewRegistry::add(std::uint64_t session, const RegisterViewMsg& 
   return ViewMsg{id, view->entries.size()};
 }
 
-Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_t view_id, const SlotRing& ring,
-                                             std::uint32_t slot, std::uint64_t stamp) {
-  std::shared_ptr<View> view;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto s = sessions_.find(session);
-    if (s != sessions_.end()) {
-      auto it = s->second.views.find(view_id);
-      if (it != s->second.views.end()) view = it->second;
-    }
-    if (!view) return refuse("ACQUIRE_VIEW names view " + std::to_string(view_id) + ", not one of this session's");
-    if (view->stamp == stamp && view->slot == slot && stamp != 0) return view->checksum;
-  }
+Result<std::uint64_t> ViewRegistry::hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
+                                               std::uint64_t stamp) {
   // Seqlock read: the bytes count only if the slot still holds `stamp` after.
   if (ring.stamp_before(slot) != stamp) {
     return Status(ErrorCode::kVersionRevoked, "the leased version was replaced before its view was hashed");
@@ -84,19 +74,109 @@ Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_
   const auto* base = static_cast<const std::uint8_t*>(ring.slot_data(slot));
   {
     SeqlockReadScope racy_by_design;
-    for (const auto& e : view->entries) {
+    for (const auto& e : view.entries) {
       for (std::uint64_t i = 0; i < e.count; ++i) hasher.update(base + e.offset + i * e.stride, e.length);
     }
   }
   if (ring.stamp_after(slot) != stamp) {
     return Status(ErrorCode::kVersionRevoked, "the leased version was replaced while its view was hashed");
   }
-  const std::uint64_t sum = hasher.digest();
+  return hasher.digest();
+}
+
+Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_t view_id, const SlotRing& ring,
+                                             std::uint32_t slot, std::uint64_t stamp) {
+  std::shared_ptr<View> view;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto s = sessions_.find(session);
+    if (s != sessions_.end()) {
+      auto it = s->second.views.find(view_id);
+      if (it != s->second.views.end()) view = it->second;
+    }
+    if (!view) return refuse("ACQUIRE_VIEW names view " + std::to_string(view_id) + ", not one of this session's");
+    view->last_leased_version = std::max(view->last_leased_version, stamp >> 1);
+    // Being pre-hashed for this very version: wait for it (it is already running).
+    cv_.wait(lock, [&] { return view->hashing_stamp != stamp || stopping_; });
+    if (view->stamp == stamp && view->slot == slot && stamp != 0) return view->checksum;
+  }
+  auto sum = hash_view(*view, ring, slot, stamp);
+  if (!sum.ok()) return sum;
   std::lock_guard<std::mutex> lock(mu_);
   view->slot = slot;
   view->stamp = stamp;
-  view->checksum = sum;
+  view->checksum = *sum;
+  ++counters_.hashed_on_lease;
   return sum;
+}
+
+ViewRegistry::Counters ViewRegistry::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+void ViewRegistry::start_prehashing(const SlotRing* ring) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (prehasher_.joinable() || ring == nullptr) return;
+  ring_ = ring;
+  prehasher_ = std::thread([this] { prehash_loop(); });
+}
+
+void ViewRegistry::committed(std::uint32_t slot, std::uint64_t stamp) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ring_ == nullptr) return;
+    job_ = true;  // only the newest commit matters
+    job_slot_ = slot;
+    job_stamp_ = stamp;
+  }
+  cv_.notify_all();
+}
+
+void ViewRegistry::prehash_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || job_; });
+    if (stopping_) return;
+    job_ = false;
+    const std::uint32_t slot = job_slot_;
+    const std::uint64_t stamp = job_stamp_;
+    const std::uint64_t version = stamp >> 1;
+    // Hot views: leased at the previous version or this one.
+    std::vector<std::shared_ptr<View>> hot;
+    for (auto& [id, session] : sessions_) {
+      for (auto& [view_id, view] : session.views) {
+        if (view->last_leased_version + 1 >= version && !(view->stamp == stamp && view->slot == slot)) {
+          hot.push_back(view);
+        }
+      }
+    }
+    for (auto& view : hot) {
+      if (stopping_ || job_) break;  // stopping, or a newer commit: hash for that one instead
+      view->hashing_stamp = stamp;
+      lock.unlock();
+      auto sum = hash_view(*view, *ring_, slot, stamp);
+      lock.lock();
+      view->hashing_stamp = 0;
+      if (sum.ok()) {
+        view->slot = slot;
+        view->stamp = stamp;
+        view->checksum = *sum;
+        ++counters_.prehashed;
+      }
+      cv_.notify_all();
+      if (!sum.ok()) break;  // the slot was taken back already: nothing left to hash for it
+    }
+  }
+}
+
+ViewRegistry::~ViewRegistry() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (prehasher_.joinable()) prehasher_.join();
 }
 
 void ViewRegistry::release_session(std::uint64_t session) {

@@ -9,13 +9,26 @@
 // version it is leased at (cached by slot stamp): a session can make the
 // publisher hash at most kMaxViewsPerSession x slot_bytes per version.
 //
+// Pre-hashing: with start_prehashing(), committed() (called by the
+// publishing thread after each commit, never blocking it) has the
+// registry's own thread hash the *hot* views (leased at the previous
+// version or this one) for the new version at once, so the lease that asks
+// for the checksum finds it ready instead of hashing while the subscriber
+// waits. A lease that arrives while its view is being pre-hashed waits for
+// that hash rather than computing it twice. Views not hot are hashed on
+// first lease, as before.
+//
 // Threads: any thread. Requests of one session come one at a time; a
-// checksum is computed outside the registry's mutex, on the calling worker.
+// checksum is computed outside the registry's mutex, on the calling worker
+// or the pre-hashing thread. The destructor stops and joins that thread; the
+// ring must outlive the registry.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +43,14 @@ class ViewRegistry {
   static constexpr std::uint64_t kMaxEntriesPerSession = 1u << 16;
 
   explicit ViewRegistry(std::uint64_t slot_bytes) : slot_bytes_(slot_bytes) {}
+  ~ViewRegistry();
+  ViewRegistry(const ViewRegistry&) = delete;
+  ViewRegistry& operator=(const ViewRegistry&) = delete;
+
+  // Starts the pre-hashing thread over `ring` (publishers with checksums).
+  void start_prehashing(const SlotRing* ring);
+  // `slot` now holds a committed version stamped `stamp`.
+  void committed(std::uint32_t slot, std::uint64_t stamp);
 
   // Creates a view (view_id 0) or appends to one of this session's. The reply
   // to send, or kInvalidArgument (a range outside the slot, a view over
@@ -42,6 +63,14 @@ class ViewRegistry {
                                  std::uint32_t slot, std::uint64_t stamp);
   void release_session(std::uint64_t session);
 
+  // How many view checksums were computed by a lease (first lease of a view
+  // at a version, or a cold view) and how many ahead of it by pre-hashing.
+  struct Counters {
+    std::uint64_t hashed_on_lease = 0;
+    std::uint64_t prehashed = 0;
+  };
+  Counters counters() const;
+
  private:
   struct View {
     std::vector<ViewEntry> entries;
@@ -50,6 +79,8 @@ class ViewRegistry {
     std::uint32_t slot = 0;
     std::uint64_t stamp = 0;
     std::uint64_t checksum = 0;
+    std::uint64_t last_leased_version = 0;
+    std::uint64_t hashing_stamp = 0;  // the stamp the pre-hashing thread is hashing it for
   };
   struct Session {
     std::unordered_map<std::uint32_t, std::shared_ptr<View>> views;
@@ -57,9 +88,23 @@ class ViewRegistry {
     std::uint64_t entries = 0;
   };
 
+  // The view's bytes in `slot`, if it still holds `stamp` after they were read.
+  static Result<std::uint64_t> hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
+                                         std::uint64_t stamp);
+  void prehash_loop();
+
   const std::uint64_t slot_bytes_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, Session> sessions_;
+  Counters counters_;
+  // Pre-hashing (guarded by mu_): the newest commit not yet handled.
+  const SlotRing* ring_ = nullptr;
+  std::condition_variable cv_;  // a job, a stop, or a pre-hash finished
+  bool stopping_ = false;
+  bool job_ = false;
+  std::uint32_t job_slot_ = 0;
+  std::uint64_t job_stamp_ = 0;
+  std::thread prehasher_;
 };
 
 }  // namespace weightsync::detail

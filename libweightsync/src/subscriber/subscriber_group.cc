@@ -179,8 +179,9 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
   std::uint64_t floor = newer_than;
   std::string moved_on_why;
   for (std::uint32_t round = 0;; ++round) {
-    // 1. The version to pull: the newest complete one (or the one asked for).
-    auto complete = latest_complete_version();
+    // 1. The version to pull: the newest complete one, or the one asked for
+    // (tried at once: no round trip to learn it; a rank without it says kNotReady).
+    Result<std::uint64_t> complete = exact && round == 0 ? *options.version : latest_complete_version();
     if (!complete.ok()) return complete.status();
     if (*complete <= floor) {
       const auto now = Clock::now();
@@ -221,16 +222,28 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
     }
     // 3. All of them, or start again, or fail.
     bool moved_on = false;
+    bool not_yet = false;
     for (std::size_t r : working) {
       const Result<PullResult>& got = *results[r];
       if (got.ok()) continue;
       const ErrorCode code = got.status().code();
+      if (exact && code == ErrorCode::kNotReady) {
+        not_yet = true;  // a rank has not committed it yet: wait below, as for any lagging rank
+        continue;
+      }
       if (!exact && (code == ErrorCode::kVersionRevoked || code == ErrorCode::kNotReady)) {
         moved_on = true;
         moved_on_why = with_rank(got.status(), r).message();
         continue;
       }
       return with_rank(got.status(), r);
+    }
+    if (not_yet && !moved_on) {
+      if (Clock::now() >= until) {
+        return Status(ErrorCode::kNotReady, "version " + std::to_string(target) +
+                                                " is not committed on every trainer rank yet");
+      }
+      continue;  // the next round asks every rank again and waits for the laggard
     }
     if (moved_on) {
       if (static_cast<int>(round) >= options.max_rounds) {
