@@ -33,12 +33,17 @@ class ByteWriter {
     bytes(b.data(), b.size());
   }
   std::vector<std::uint8_t> take() { return std::move(buf_); }
+  void reserve(std::size_t n) { buf_.reserve(n); }
   std::size_t size() const { return buf_.size(); }
 
  private:
   template <typename T>
-  void put(T v) {
-    for (std::size_t i = 0; i < sizeof(T); ++i) buf_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  void put(T v) {  // little-endian, appended in one step
+    std::uint8_t b[sizeof(T)];
+    for (std::size_t i = 0; i < sizeof(T); ++i) b[i] = static_cast<std::uint8_t>(v >> (8 * i));
+    const std::size_t at = buf_.size();
+    buf_.resize(at + sizeof(T));
+    std::memcpy(buf_.data() + at, b, sizeof(T));
   }
   std::vector<std::uint8_t> buf_;
 };

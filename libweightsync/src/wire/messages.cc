@@ -375,6 +375,7 @@ Result<ReleaseMsg> ReleaseMsg::decode(const std::vector<std::uint8_t>& p) {
 
 std::vector<std::uint8_t> ReadMsg::encode() const {
   ByteWriter w;
+  w.reserve(12 + 16 * ranges.size());
   w.u64(lease_id);
   w.u32(static_cast<std::uint32_t>(ranges.size()));
   for (const auto& range : ranges) {

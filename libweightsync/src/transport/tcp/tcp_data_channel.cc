@@ -26,6 +26,7 @@ class TcpDataChannel final : public DataChannel {
     for (std::size_t first = 0; first < plan.size(); first += kMaxReadRanges) {
       const std::size_t last = std::min(plan.size(), first + kMaxReadRanges);
       ReadMsg msg;
+      msg.ranges.reserve(last - first);
       msg.lease_id = request.lease_id;
       std::uint64_t total = 0;
       iov_.clear();

@@ -6,6 +6,8 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "common/tsan.h"
@@ -35,6 +37,40 @@ Result<std::uint64_t> checked_total(const ReadMsg& read, std::uint64_t slot_byte
     }
   }
   return total;
+}
+
+// Below this mean range length a READ is gathered into a bounce buffer and
+// sent in large pieces: the kernel's per-iovec cost of many small segments
+// (a column slice at a high TP degree) outweighs one more user-space copy.
+// docs/perf/sharded.md, "Narrow column slices over tcp".
+constexpr std::uint64_t kGatherBelowMeanRange = 4096;
+constexpr std::size_t kBounceBytes = 1u << 20;
+
+// Sends the ranges of `base` through a per-thread bounce buffer.
+Status send_gathered(const Socket& socket, const char* base, const std::vector<ByteRange>& ranges,
+                     int io_timeout_ms) {
+  thread_local std::vector<char> bounce(kBounceBytes);
+  Status s;
+  std::size_t i = 0;
+  std::uint64_t done_in_range = 0;
+  while (i < ranges.size() && s.ok()) {
+    std::size_t fill = 0;
+    while (fill < bounce.size() && i < ranges.size()) {
+      const ByteRange& range = ranges[i];
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(range.length - done_in_range, bounce.size() - fill));
+      std::memcpy(bounce.data() + fill, base + range.offset + done_in_range, n);
+      fill += n;
+      done_in_range += n;
+      if (done_in_range == range.length) {
+        ++i;
+        done_in_range = 0;
+      }
+    }
+    iovec one{bounce.data(), fill};
+    s = send_iov(socket, &one, 1, Deadline::never(), kPeer, io_timeout_ms);
+  }
+  return s;
 }
 
 }  // namespace
@@ -96,11 +132,15 @@ Status serve_tcp_read(const Socket& socket, SlotRing& ring, std::uint64_t sessio
   Status s = write_frame(socket, MsgType::kData, DataMsg{*total}.encode(), io(), kPeer);
   if (!s.ok()) return s;
   auto* base = static_cast<char*>(ring.slot_data(lease->slot));
-  std::vector<iovec> iov;
-  iov.reserve(read->ranges.size());
-  for (const auto& range : read->ranges) iov.push_back(iovec{base + range.offset, range.length});
   WS_SEQLOCK_READ_BEGIN();  // may race a revoking writer; stamp_after decides
-  s = send_iov(socket, iov.data(), iov.size(), Deadline::never(), kPeer, io_timeout_ms);
+  if (*total / read->ranges.size() < kGatherBelowMeanRange) {
+    s = send_gathered(socket, base, read->ranges, io_timeout_ms);
+  } else {
+    std::vector<iovec> iov;
+    iov.reserve(read->ranges.size());
+    for (const auto& range : read->ranges) iov.push_back(iovec{base + range.offset, range.length});
+    s = send_iov(socket, iov.data(), iov.size(), Deadline::never(), kPeer, io_timeout_ms);
+  }
   WS_SEQLOCK_READ_END();
   if (!s.ok()) return s;
   const std::uint64_t stamp_after = ring.stamp_after(lease->slot);
