@@ -1,5 +1,7 @@
 // FanoutCli: the options of `weightsync-bench fanout` and of its hidden roles.
 #include "fanout_cli.h"
+
+#include "cli_values.h"
 #include "fanout_topology.h"
 
 #include <unistd.h>
@@ -9,38 +11,6 @@
 
 namespace wsbench {
 namespace {
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-// "64MiB", "4M", "1GiB", "4096" -> bytes (at least 4 KiB).
-std::uint64_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    throw CLI::ValidationError("--sizes", "not a size: '" + text + "'");
-  }
-  std::string unit = text.substr(used);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  if (unit == "K" || unit == "KIB") scale = 1024.0;
-  if (unit == "M" || unit == "MIB") scale = 1024.0 * 1024;
-  if (unit == "G" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
-  if (scale == 0) throw CLI::ValidationError("--sizes", "unknown unit in '" + text + "' (B, KiB, MiB, GiB)");
-  const auto bytes = static_cast<std::uint64_t>(value * scale);
-  if (bytes < 4096) throw CLI::ValidationError("--sizes", "sizes must be at least 4 KiB, not '" + text + "'");
-  return bytes;
-}
 
 // scripts/testbed.sh: above the executable (a build tree inside the
 // repository), else in the source tree this was built from.
@@ -131,8 +101,8 @@ std::optional<int> FanoutCli::run(const std::string& self_exe, const std::string
 
   config_.self_exe = self_exe;
   config_.command_line = command_line;
-  for (const auto& s : split_list(sizes_)) config_.sizes.push_back(parse_bytes(s));
-  if (!relay_chunk_.empty()) config_.relay_chunk = parse_bytes(relay_chunk_);
+  for (const auto& s : split_list(sizes_)) config_.sizes.push_back(parse_bytes(s, "--sizes", 4096));
+  if (!relay_chunk_.empty()) config_.relay_chunk = parse_bytes(relay_chunk_, "--relay-chunk", 4096);
   config_.topologies = split_list(topologies_);
   config_.baselines = split_list(baselines_);
   if (config_.sizes.empty()) {

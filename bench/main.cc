@@ -21,6 +21,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli_values.h"
 #include "cuda_limits.h"
 #include "fanout_cli.h"
 #include "gpu_rows.h"
@@ -35,39 +36,6 @@ namespace {
 
 using wsbench::CellSpec;
 using wsbench::TransportSpec;
-
-// "64MiB", "64M", "1GiB", "1G", "4096" -> bytes.
-std::uint64_t parse_size(const std::string& text) {
-  std::size_t used = 0;
-  const double value = std::stod(text, &used);
-  std::string unit = text.substr(used);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double scale = 1;
-  if (unit == "" || unit == "B") {
-    scale = 1;
-  } else if (unit == "K" || unit == "KIB") {
-    scale = 1024.0;
-  } else if (unit == "M" || unit == "MIB") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "GIB") {
-    scale = 1024.0 * 1024 * 1024;
-  } else {
-    throw CLI::ValidationError("size", "unknown unit in '" + text + "' (use B, KiB, MiB or GiB)");
-  }
-  const auto bytes = static_cast<std::uint64_t>(value * scale);
-  if (bytes < 4096) throw CLI::ValidationError("size", "sizes must be at least 4 KiB, not '" + text + "'");
-  return bytes;
-}
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
 std::string self_executable() {
   char path[4096];
@@ -280,7 +248,7 @@ int main(int argc, char** argv) try {
 
   // Which transports: built and (for verbs) viable; shm only on one host.
   std::vector<TransportSpec> transports;
-  for (const std::string& name : split(transports_arg, ',')) {
+  for (const std::string& name : wsbench::split_list(transports_arg)) {
     auto info = transport_info(name);
     if (!info) {
       std::fprintf(stderr, "weightsync-bench: unknown transport '%s' (verbs, ucx, shm, tcp)\n", name.c_str());
@@ -318,8 +286,8 @@ int main(int argc, char** argv) try {
     config.checkpoint_sizes = {1ull << 30};
     config.checkpoint_fsync_sizes = {64ull << 20};
   } else {
-    for (const auto& s : split(sizes_arg, ',')) sizes.push_back(parse_size(s));
-    for (const auto& r : split(readers_arg, ',')) readers.push_back(std::stoi(r));
+    for (const auto& s : wsbench::split_list(sizes_arg)) sizes.push_back(wsbench::parse_bytes(s, "size", 4096));
+    for (const auto& r : wsbench::split_list(readers_arg)) readers.push_back(std::stoi(r));
     config.checkpoint_sizes = sizes;
     config.checkpoint_fsync_sizes = sizes;
   }

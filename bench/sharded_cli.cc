@@ -1,42 +1,8 @@
 // ShardedCli: the options of `weightsync-bench sharded` and of its hidden roles.
-#include <sstream>
-
+#include "cli_values.h"
 #include "sharded.h"
 
 namespace wsbench {
-namespace {
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-// "256MiB", "256M", "1GiB", "4096" -> bytes.
-std::uint64_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    throw CLI::ValidationError("--size", "not a size: '" + text + "'");
-  }
-  std::string unit = text.substr(used);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  if (unit == "K" || unit == "KIB") scale = 1024.0;
-  if (unit == "M" || unit == "MIB") scale = 1024.0 * 1024;
-  if (unit == "G" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
-  if (scale == 0) throw CLI::ValidationError("--size", "unknown unit in '" + text + "' (B, KiB, MiB, GiB)");
-  return static_cast<std::uint64_t>(value * scale);
-}
-
-}  // namespace
 
 ShardedCli::ShardedCli(CLI::App& app) {
   sharded_ = app.add_subcommand(
@@ -120,7 +86,7 @@ std::optional<int> ShardedCli::run(const std::string& self_exe, const std::strin
   config_.self_exe = self_exe;
   config_.command_line = command_line;
   config_.tp1 = !no_tp1_;
-  config_.model.total_bytes = parse_bytes(size_);
+  config_.model.total_bytes = parse_bytes(size_, "--size");
   config_.transports = split_list(transports_);
   if (config_.transports.empty()) {
     std::fprintf(stderr, "weightsync-bench sharded: --transports is empty\n");

@@ -29,4 +29,16 @@ class Deadline {
   Clock::time_point at_;
 };
 
+// The end of a wait of `wait` from `start`, saturated: a wait of zero or less
+// ends at `start` (do not wait); a wait too long for the clock
+// (milliseconds::max() included) never ends.
+inline std::chrono::steady_clock::time_point wait_end(std::chrono::steady_clock::time_point start,
+                                                      std::chrono::milliseconds wait) {
+  using Clock = std::chrono::steady_clock;
+  if (wait.count() <= 0) return start;
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
+  if (wait >= room) return Clock::time_point::max();
+  return start + std::chrono::duration_cast<Clock::duration>(wait);
+}
+
 }  // namespace weightsync::detail

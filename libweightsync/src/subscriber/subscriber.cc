@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/checksum.h"
+#include "common/deadline.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "cuda/staging.h"
@@ -656,22 +657,6 @@ Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
   return Status(ErrorCode::kInternal, std::string("Subscriber::wait_for_version: ") + e.what());
 }
 
-namespace {
-
-// The end of a pull's wait for a new version: `start + wait`, saturated. A
-// wait of zero or less ends at `start` (do not wait); a wait too long for the
-// clock (milliseconds::max() included) never ends: the pull waits as long as
-// the connection lives, one bounded query at a time.
-std::chrono::steady_clock::time_point wait_deadline(std::chrono::steady_clock::time_point start,
-                                                    std::chrono::milliseconds wait) {
-  using Clock = std::chrono::steady_clock;
-  if (wait.count() <= 0) return start;
-  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
-  if (wait >= room) return Clock::time_point::max();
-  return start + std::chrono::duration_cast<Clock::duration>(wait);
-}
-
-}  // namespace
 
 Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptions& pull_options) {
   const auto start = std::chrono::steady_clock::now();
@@ -683,7 +668,9 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
   if (exact && *pull_options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
   // What "newer" means: newer than held_version(), or (exact) reaching the version.
   const std::uint64_t newer_than = exact ? *pull_options.version - 1 : pull_options.newer_than.value_or(held_version);
-  const auto wait_until = wait_deadline(start, pull_options.wait);
+  // A wait too long for the clock never ends: the pull waits as long as the
+  // connection lives, one bounded query at a time.
+  const auto wait_until = detail::wait_end(start, pull_options.wait);
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};

@@ -6,6 +6,7 @@
 #include <future>
 #include <optional>
 
+#include "common/deadline.h"
 #include "common/log.h"
 
 namespace weightsync {
@@ -15,14 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 Status with_rank(const Status& s, std::size_t rank) {
   return Status(s.code(), "trainer rank " + std::to_string(rank) + ": " + s.message());
-}
-
-// The end of a wait of `wait` from `start` (0: no wait; too long: never).
-Clock::time_point deadline_after(Clock::time_point start, std::chrono::milliseconds wait) {
-  if (wait.count() <= 0) return start;
-  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
-  if (wait >= room) return Clock::time_point::max();
-  return start + std::chrono::duration_cast<Clock::duration>(wait);
 }
 
 }  // namespace
@@ -104,7 +97,7 @@ Result<std::uint64_t> SubscriberGroup::latest_complete_version() try {
 
 Result<std::uint64_t> SubscriberGroup::wait_for_complete_version(std::uint64_t newer_than,
                                                                  std::chrono::milliseconds timeout) try {
-  const auto until = deadline_after(Clock::now(), timeout);
+  const auto until = detail::wait_end(Clock::now(), timeout);
   // Wait on each rank in turn: once rank r is past newer_than it stays past.
   for (std::size_t r = 0; r < members_.size(); ++r) {
     auto latest = members_[r]->latest_version();
@@ -165,7 +158,7 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
   }
   if (Status s = status(); !s.ok()) return s;
   const auto start = Clock::now();
-  const auto until = deadline_after(start, options.wait);
+  const auto until = detail::wait_end(start, options.wait);
   const bool exact = options.version.has_value();
   const std::uint64_t newer_than = exact ? *options.version - 1 : options.newer_than.value_or(held_version_);
   if (exact && *options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
