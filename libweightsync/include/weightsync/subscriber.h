@@ -32,7 +32,10 @@
 // - Partial pulls (Destination::slices) keep every guarantee: one version,
 //   never torn, and with checksums verified against the publisher's hash of
 //   exactly the bytes pulled (the view's checksum; docs/sharding.md). They
-//   never stream.
+//   never stream. With checksums, each distinct set of slices is registered
+//   with the publisher once (a view); a publisher keeps at most 16 views per
+//   subscriber, so a 17th distinct partial destination is refused
+//   (kInvalidArgument): prepare() the few an engine rank needs and reuse them.
 // - CUDA destinations (MemoryKind::kCuda, current device): a transport that
 //   can write device memory (cuda_ipc) copies straight into it; any other
 //   goes through the staging ring (SubscriberOptions::staging_*), never a
