@@ -57,4 +57,22 @@ if(NOT WEIGHTSYNC_WITH_TORCH STREQUAL "OFF")
   set(_found ${Torch_FOUND})
 endif()
 weightsync_resolve(WEIGHTSYNC_WITH_TORCH "${_found}" "libtorch-dev libopenblas0-pthread" "libtorch")
+
+# The Python package (python/): pybind11 against one interpreter. Debian's
+# /usr/bin/python3 by default, since that is where python3-torch installs
+# (a pyenv or venv python3 earlier on PATH would not see it); set
+# Python3_EXECUTABLE to build for another.
+set(_found OFF)
+if(NOT WEIGHTSYNC_WITH_PYTHON STREQUAL "OFF")
+  if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "The Python the weightsync package is built for")
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+  if(Python3_FOUND)
+    set(PYBIND11_FINDPYTHON ON)
+    find_package(pybind11 CONFIG QUIET)
+    set(_found ${pybind11_FOUND})
+  endif()
+endif()
+weightsync_resolve(WEIGHTSYNC_WITH_PYTHON "${_found}" "pybind11-dev python3-dev" "pybind11 and the Python 3 headers")
 unset(_found)

@@ -20,6 +20,8 @@ packages=(
   iproute2                           # ip and tc: the multi-host test bed (scripts/testbed.sh)
   openmpi-bin libopenmpi-dev         # MPI_Bcast: weightsync-bench fanout's baseline (bench/mpi_bcast.c)
   libtorch-dev libopenblas0-pthread  # the RL policy (rl/policy); OpenBLAS, or libtorch is ~30x slower
+  pybind11-dev python3-dev           # the Python package (python/): pybind11 bindings
+  python3-torch python3-numpy python3-pytest  # its tests (tests/python) and examples (examples/python)
   "$@"
 )
 

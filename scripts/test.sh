@@ -28,10 +28,13 @@ if [ "$sanitizers" = 1 ]; then
   export TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp"
   # Without libtorch: it is not instrumented (its OpenMP threads are invisible
   # to TSan) and it would triple the build time; the plain run covers it.
+  # Without the Python package: an instrumented extension cannot load into an
+  # uninstrumented interpreter (it would need the sanitizer runtime preloaded);
+  # the plain run covers it, and the library it wraps is tested here.
   run_suite "tests under ASan+UBSan" "$root/build-asan" \
-    "-DWEIGHTSYNC_SANITIZE=address,undefined -DWEIGHTSYNC_WITH_TORCH=OFF" "$@"
+    "-DWEIGHTSYNC_SANITIZE=address,undefined -DWEIGHTSYNC_WITH_TORCH=OFF -DWEIGHTSYNC_WITH_PYTHON=OFF" "$@"
   # Without UCX: its memory hooks (libucm interposes madvise) crash the TSan
   # runtime at thread exit, and UCX itself is not TSan-instrumented.
   run_suite "tests under TSan" "$root/build-tsan" \
-    "-DWEIGHTSYNC_SANITIZE=thread -DWEIGHTSYNC_WITH_UCX=OFF -DWEIGHTSYNC_WITH_TORCH=OFF" "$@"
+    "-DWEIGHTSYNC_SANITIZE=thread -DWEIGHTSYNC_WITH_UCX=OFF -DWEIGHTSYNC_WITH_TORCH=OFF -DWEIGHTSYNC_WITH_PYTHON=OFF" "$@"
 fi

@@ -20,7 +20,8 @@ TEST_CASE("status: every error code has a name and the documented action", "[sta
   CHECK(action_for(ErrorCode::kAuthFailed) == Action::kFixConfiguration);
   CHECK(action_for(ErrorCode::kInvalidConfig) == Action::kFixConfiguration);
   CHECK(action_for(ErrorCode::kInvalidArgument) == Action::kFixCall);
-  for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+  CHECK(action_for(ErrorCode::kCancelled) == Action::kRetry);
+  for (int c = 0; c <= static_cast<int>(ErrorCode::kCancelled); ++c) {
     CHECK(std::string(to_string(static_cast<ErrorCode>(c))) != "unknown");
   }
   Status s(ErrorCode::kAuthFailed, "bad secret");

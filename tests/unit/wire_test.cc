@@ -135,6 +135,9 @@ TEST_CASE("wire: messages round-trip and reject truncation and trailing bytes", 
   auto bad_code = err.encode();
   bad_code[0] = 0;  // kOk is not an error
   CHECK_FALSE(ErrorMsg::decode(bad_code).ok());
+  // kCancelled is the caller's own doing: a peer never sends it.
+  bad_code[0] = static_cast<std::uint8_t>(ErrorCode::kCancelled);
+  CHECK_FALSE(ErrorMsg::decode(bad_code).ok());
 }
 
 TEST_CASE("wire: the streaming extension: ACQUIRE and QUERY_VERSION flags, WAIT_WATERMARK, WATERMARK, tcp offer",

@@ -50,6 +50,10 @@ enum class ErrorCode : std::uint8_t {
   kInvalidArgument = 10,
   // A bug in weightsync. Reconnect, and please report it.
   kInternal = 11,
+  // The caller cancelled the call (weightsync/cancel.h: a CancelToken, or
+  // Ctrl-C in Python). Nothing is broken: call again when you want to.
+  // Never sent on the wire.
+  kCancelled = 12,
 };
 
 // What a caller should do about an error.

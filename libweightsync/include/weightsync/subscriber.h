@@ -56,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include "weightsync/cancel.h"
 #include "weightsync/layout.h"
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
@@ -133,6 +134,10 @@ struct PullOptions {
   // publisher no longer holds it. How a SubscriberGroup pulls one version
   // from every trainer rank (docs/consistency.md, "Across ranks").
   std::optional<std::uint64_t> version;
+  // Stops the pull early with kCancelled (weightsync/cancel.h): while it
+  // waits for a version, looked at every kCancelPollInterval, and between
+  // attempts; never in the middle of a transfer. Not sticky.
+  Cancellation cancel;
 };
 
 struct PullResult {
@@ -206,8 +211,10 @@ class Subscriber {
   // Newest committed version on the publisher; 0 if none yet.
   Result<std::uint64_t> latest_version();
   // Waits until a version newer than `newer_than` is committed; returns it,
-  // or kTimeout.
-  Result<std::uint64_t> wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout);
+  // kTimeout, or kCancelled (within about kCancelPollInterval of `cancel`
+  // being requested; not sticky).
+  Result<std::uint64_t> wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout,
+                                         const Cancellation& cancel = {});
   Result<PullResult> pull(const Destination& destination, const PullOptions& options = {});
   // Checks and expands `destination` once (see PullPlan); kInvalidArgument
   // for a destination that does not fit the layout, or a connection error if

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/env.h"
@@ -30,7 +32,29 @@ std::atomic<int>& level_storage() noexcept {
   return level;
 }
 
+// The sink, if any. Copied out under the mutex (messages are rare), so a sink
+// replaced mid-message lives until that message is written.
+struct SinkSlot {
+  std::mutex mutex;
+  std::shared_ptr<const LogSink> sink;
+  std::atomic<bool> installed{false};
+};
+
+SinkSlot& sink_slot() noexcept {
+  static SinkSlot slot;
+  return slot;
+}
+
 }  // namespace
+
+void set_log_sink(LogSink sink) {
+  SinkSlot& slot = sink_slot();
+  std::shared_ptr<const LogSink> next;
+  if (sink) next = std::make_shared<const LogSink>(std::move(sink));
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  slot.installed.store(next != nullptr);
+  slot.sink = std::move(next);
+}
 
 void set_log_level(LogLevel level) noexcept {
   level_storage().store(static_cast<int>(level));
@@ -58,6 +82,22 @@ bool log_enabled(LogLevel level) noexcept {
 }
 
 void log_write(LogLevel level, std::string_view message) noexcept {
+  SinkSlot& slot = sink_slot();
+  if (slot.installed.load()) {
+    std::shared_ptr<const LogSink> sink;
+    {
+      std::lock_guard<std::mutex> lock(slot.mutex);
+      sink = slot.sink;
+    }
+    if (sink) {
+      try {
+        (*sink)(level, message);
+      } catch (...) {
+        // A sink that throws loses its message; the library goes on.
+      }
+      return;
+    }
+  }
   try {
     std::string line = fmt::format("[weightsync {}] {}\n", to_string(level), message);
     (void)!::write(2, line.data(), line.size());

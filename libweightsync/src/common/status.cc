@@ -17,6 +17,7 @@ Action action_for(ErrorCode code) noexcept {
     case ErrorCode::kInvalidConfig: return Action::kFixConfiguration;
     case ErrorCode::kInvalidArgument: return Action::kFixCall;
     case ErrorCode::kInternal: return Action::kReconnect;
+    case ErrorCode::kCancelled: return Action::kRetry;
   }
   return Action::kReconnect;
 }
@@ -35,6 +36,7 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::kInvalidConfig: return "invalid_config";
     case ErrorCode::kInvalidArgument: return "invalid_argument";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kCancelled: return "cancelled";
   }
   return "unknown";
 }

@@ -141,6 +141,11 @@ bool ControlClient::peer_alive() const {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
 }
 
+bool ControlClient::quiet() const {
+  pollfd p{socket_.fd(), POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
 void ControlClient::bye() {
   if (!socket_.valid()) return;
   (void)write_frame(socket_, MsgType::kBye, {}, Deadline::after(std::chrono::milliseconds(100)), kPeer);

@@ -44,6 +44,9 @@ class ControlClient {
                                                       const std::vector<std::uint8_t>& blob);
   // False when the publisher has closed or reset the control connection.
   bool peer_alive() const;
+  // True when the publisher has sent nothing unasked (no ERROR, no hang-up)
+  // since the last reply: the connection is idle and alive.
+  bool quiet() const;
   void bye();
 
  private:

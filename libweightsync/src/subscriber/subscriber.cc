@@ -327,16 +327,35 @@ class Subscriber::Impl {
   // The retry and wait loop of every pull (defined below).
   Result<PullResult> pull(PullPlan::State& plan, const PullOptions& pull_options);
   // QUERY_VERSION waiting up to `timeout` for a version newer than `newer_than`.
-  Result<std::uint64_t> wait_newer(std::uint64_t newer_than, std::chrono::milliseconds timeout) {
-    const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(timeout.count(), 0, 10 * 60 * 1000));
-    auto latest = note(control.query_version(newer_than, wait, streaming()));
-    if (!latest.ok()) return latest;
-    if (*latest <= newer_than) {
-      return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
-                                             std::to_string(timeout.count()) +
-                                             " ms (latest: " + std::to_string(*latest) + ")");
+  // Cancellable: then in queries of kCancelPollInterval each (the publisher
+  // parks a waiting query without a thread, so slicing costs one small round
+  // trip per interval), looking at `cancel` between them.
+  Result<std::uint64_t> wait_newer(std::uint64_t newer_than, std::chrono::milliseconds timeout,
+                                   const Cancellation& cancel = {}) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    std::uint64_t latest = 0;
+    for (bool first = true;; first = false) {
+      if (cancel.active() && cancel.requested()) return cancelled("waiting for a version newer than", newer_than);
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 && !first) break;  // under a millisecond left: no query that cannot wait
+      left = std::max(left, std::chrono::milliseconds(0));
+      if (cancel.active()) left = std::min(left, kCancelPollInterval);
+      const auto wait = static_cast<std::uint32_t>(std::clamp<long long>(left.count(), 0, 10 * 60 * 1000));
+      auto reply = note(control.query_version(newer_than, wait, streaming()));
+      if (!reply.ok()) return reply;
+      latest = *reply;
+      if (latest > newer_than) return latest;
+      if (std::chrono::steady_clock::now() >= end) break;
     }
-    return latest;
+    return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
+                                           std::to_string(timeout.count()) + " ms (latest: " +
+                                           std::to_string(latest) + ")");
+  }
+
+  static Status cancelled(const char* what, std::uint64_t version) {
+    return Status(ErrorCode::kCancelled,
+                  std::string("cancelled while ") + what + " " + std::to_string(version) +
+                      " (the subscriber is still usable)");
   }
 
   // Registers a prepared plan's spans again after release_memory().
@@ -372,6 +391,15 @@ class Subscriber::Impl {
                              const PullOptions& pull_options, detail::StreamHasher& hasher, bool staged) {
     const std::vector<detail::ReadPiece>& plan = pulled.pieces;
     const bool exact = pull_options.version.has_value();
+    // Nothing newer, seen locally (shm's stamp page) on a connection that
+    // is idle and alive: no round trip. docs/perf/python.md has the cost.
+    if (!exact && !streaming()) {
+      const auto seen = channel->newest_committed();
+      if (seen && *seen <= newer_than && control.quiet()) {
+        return Status(ErrorCode::kNotReady, "no version newer than " + std::to_string(newer_than) +
+                                                " (latest: " + std::to_string(*seen) + ")");
+      }
+    }
     // ACQUIRE_VIEW only where needed: ACQUIRE works with publishers before it.
     auto lease = exact || pulled.view_id != 0
                      ? note(control.acquire_view(exact ? *pull_options.version : newer_than, exact, pulled.view_id))
@@ -649,10 +677,10 @@ Result<std::uint64_t> Subscriber::latest_version() try {
   return Status(ErrorCode::kInternal, std::string("Subscriber::latest_version: ") + e.what());
 }
 
-Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
-                                                   std::chrono::milliseconds timeout) try {
+Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout,
+                                                   const Cancellation& cancel) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
-  return impl_->wait_newer(newer_than, timeout);
+  return impl_->wait_newer(newer_than, timeout, cancel);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::wait_for_version: ") + e.what());
 }
@@ -674,7 +702,9 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
   detail::StreamHasher hasher;
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};
+  const Cancellation& cancel = pull_options.cancel;
   for (;;) {
+    if (cancel.active() && cancel.requested()) return cancelled("pulling a version newer than", newer_than);
     auto result = attempt(plan, newer_than, pull_options, hasher, staged);
     if (result.ok()) {
       result->retries = retries;
@@ -693,7 +723,8 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
       const auto now = std::chrono::steady_clock::now();
       if (now >= wait_until) return result.status();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - now);
-      auto latest = wait_newer(newer_than, std::max(left, std::chrono::milliseconds(1)));
+      auto latest = wait_newer(newer_than, std::max(left, std::chrono::milliseconds(1)), cancel);
+      if (!latest.ok() && latest.status().code() == ErrorCode::kCancelled) return latest.status();
       waited += std::chrono::steady_clock::now() - now;
       if (!sticky.ok()) return sticky;  // the wait broke the connection
       // A wait longer than one query allows ends in kTimeout: query again until wait_until.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,11 @@ class DataChannel {
   // Whether plan pieces may point into CUDA device memory. Channels that
   // cannot write it are given host staging chunks instead (cuda/staging.h).
   virtual bool writes_device_memory() const { return false; }
+  // The newest committed version this channel can see without a round trip
+  // (shm: the mapped stamp page), or nullopt if it cannot tell. Only ever a
+  // hint for "nothing newer" (a pull that finds nothing asks no publisher);
+  // leases still come from the publisher.
+  virtual std::optional<std::uint64_t> newest_committed() const { return std::nullopt; }
 };
 
 }  // namespace weightsync::detail

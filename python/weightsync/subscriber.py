@@ -1,0 +1,250 @@
+"""Subscriber: the generator's side. Pulls the newest version into your tensors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _weightsync, errors
+from ._tensors import TensorRef, describe
+from .layout import Layout
+
+PullResult = _weightsync.PullResult
+
+
+class Binding:
+    """Destination memory checked against the layout and registered once.
+
+    Made by :meth:`Subscriber.bind`; every later ``pull(binding)`` writes
+    straight into the same tensors (zero copy) with no per-pull checks. The
+    tensors must stay allocated (the binding keeps references to them); call
+    :meth:`release` before you free or reallocate them.
+    """
+
+    def __init__(self, subscriber: "Subscriber", plan: "_weightsync._Plan", keep: List[Any],
+                 refs: List[TensorRef]):
+        self._subscriber = subscriber
+        self._plan = plan
+        self._keep = keep  # the tensors: alive as long as the binding
+        self._refs = refs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one pull writes."""
+        return self._plan.nbytes
+
+    @property
+    def tensors(self) -> List[TensorRef]:
+        return list(self._refs)
+
+    def release(self) -> None:
+        """Drops the transport's registrations of this memory (before freeing it)."""
+        for ref in self._refs:
+            self._subscriber._core.release_memory(ref.address, ref.nbytes)
+
+
+class Subscriber:
+    """Connects to a Publisher (or a relay) and pulls versions into your memory.
+
+    ::
+
+        sub = weightsync.Subscriber("trainer:7000", secret=secret)
+        binding = sub.bind(model)                # model's own parameters, checked and registered once
+        while True:
+            result = sub.pull(binding, wait=30)  # newest version, straight into the parameters
+            if result is not None:
+                print("now at version", result.version)
+
+    ``address`` may be a list (a trainer and its relays): the first that
+    connects is used. ``transport`` picks one ("shm", "tcp", "ucx",
+    "verbs"); None negotiates the best. Timeouts are in milliseconds; None
+    takes the WEIGHTSYNC_* environment variable or the default.
+
+    Thread-safety: one call runs at a time (others wait); :meth:`cancel` may
+    be called from any thread at any time. Every blocking call releases the
+    GIL, and on the main thread Ctrl-C interrupts a waiting pull within about
+    10 ms (KeyboardInterrupt), leaving the subscriber usable.
+    """
+
+    def __init__(self, address: Union[str, Sequence[str]], *, secret: Optional[str] = None,
+                 transport: Optional[str] = None, connect_timeout_ms: Optional[int] = None,
+                 io_timeout_ms: Optional[int] = None, verify_checksum: bool = True,
+                 max_retries: int = 16, name: str = "python", accept_streaming: bool = False):
+        addresses = [address] if isinstance(address, str) else list(address)
+        self._core = _weightsync._Subscriber(
+            addresses, secret=secret, transport=transport, connect_timeout_ms=connect_timeout_ms,
+            io_timeout_ms=io_timeout_ms, verify_checksum=verify_checksum, max_retries=max_retries,
+            client_name=name, accept_streaming=accept_streaming)
+        self._layout = Layout._from_core(self._core.layout)
+        self._last_binding: Optional[Binding] = None
+
+    @property
+    def layout(self) -> Layout:
+        """The publisher's layout."""
+        return self._layout
+
+    @property
+    def transport(self) -> str:
+        """The data transport negotiated: "verbs", "ucx", "cuda_ipc", "shm" or "tcp"."""
+        return self._core.transport
+
+    @property
+    def held_version(self) -> int:
+        """The version the last successful pull delivered; 0 before the first."""
+        return self._core.held_version
+
+    @property
+    def publisher_checksums(self) -> bool:
+        return self._core.publisher_checksums
+
+    @property
+    def closed(self) -> bool:
+        return self._core.closed
+
+    def bind(self, target: Any, *, allow_extra: bool = True) -> Binding:
+        """Checks ``target`` against the layout and prepares pulls straight into it.
+
+        ``target`` is an nn.Module (its parameters and buffers by state_dict
+        name), a state_dict / mapping of name -> tensor, (name, tensor) pairs,
+        or one tensor / buffer of layout.total_bytes bytes (a packed image).
+        Every tensor of the layout must be there with the layout's dtype and
+        shape, contiguous, all on the CPU or all on CUDA; names the layout
+        does not have are ignored when ``allow_extra``.
+        """
+        single = _single_buffer(target)
+        if single is not None:
+            ref, keep = single
+            if ref.nbytes != self._layout.total_bytes:
+                raise errors.InvalidArgument(
+                    f"a packed destination must be layout.total_bytes = {self._layout.total_bytes} bytes, "
+                    f"not {ref.nbytes}", "invalid_argument", "fix_call")
+            plan = self._core.prepare([(ref.name, ref.address, ref.nbytes)], ref.device, True)
+            binding = Binding(self, plan, [keep], [ref])
+        else:
+            keep = dict(_pairs(target))
+            refs = self._layout.match(keep, ordered=False, allow_extra=allow_extra, devices=("cpu", "cuda"))
+            devices = {r.device for r in refs}
+            if len(devices) != 1:
+                raise errors.InvalidArgument("the destination tensors must all be on the CPU or all on CUDA",
+                                             "invalid_argument", "fix_call")
+            plan = self._core.prepare([(r.name, r.address, r.nbytes) for r in refs], devices.pop(), False)
+            binding = Binding(self, plan, list(keep.values()), refs)
+        self._last_binding = binding
+        return binding
+
+    def pull(self, into: Any = None, *, wait: float = 0.0, newer_than: Optional[int] = None,
+             version: Optional[int] = None) -> Optional[PullResult]:
+        """Pulls the newest version newer than ``newer_than`` (default: held_version) into ``into``.
+
+        ``into``: a Binding (fast: no checks), anything :meth:`bind` takes
+        (bound now), or None for the last binding. ``wait``: seconds to wait
+        for such a version (0: do not wait; ``math.inf``: until one comes).
+        ``version``: exactly this one (NotReady if it does not come within
+        ``wait``, VersionRevoked if it is gone).
+
+        Returns the PullResult, or None when there is nothing newer (within
+        ``wait``). On an error the destination's bytes are undefined (a
+        retried pull repairs them); the result is never a mix of versions.
+        """
+        binding = self._binding_for(into)
+        return self._core.pull(binding._plan, float(wait), newer_than, version)
+
+    def wait_for_version(self, newer_than: Optional[int] = None, timeout: float = 0.0) -> Optional[int]:
+        """Waits up to ``timeout`` seconds for a version newer than ``newer_than``
+        (default: held_version); returns it, or None."""
+        base = self.held_version if newer_than is None else newer_than
+        return self._core.wait_for_version(base, float(timeout))
+
+    def latest_version(self) -> int:
+        """The publisher's newest committed version (one round trip); 0 if none yet."""
+        return self._core.latest_version()
+
+    def cancel(self) -> None:
+        """Makes the pull or wait in progress, or else the next one, raise Cancelled. Any thread."""
+        self._core.cancel()
+
+    async def pull_async(self, into: Any = None, *, wait: float = 0.0, newer_than: Optional[int] = None,
+                         version: Optional[int] = None) -> Optional[PullResult]:
+        """pull() on a worker thread; cancelling the task cancels the pull."""
+        binding = self._binding_for(into)
+        return await self._run_cancellable(self._core.pull, binding._plan, float(wait), newer_than, version)
+
+    async def wait_for_version_async(self, newer_than: Optional[int] = None,
+                                     timeout: float = 0.0) -> Optional[int]:
+        """wait_for_version() on a worker thread; cancelling the task cancels the wait."""
+        base = self.held_version if newer_than is None else newer_than
+        return await self._run_cancellable(self._core.wait_for_version, base, float(timeout))
+
+    async def _run_cancellable(self, fn: Any, *args: Any) -> Any:
+        future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The task was cancelled: stop the call on its thread and let it
+            # end before the task does (the subscriber is then free again).
+            self._core.cancel()
+            with contextlib.suppress(Exception):
+                await future
+            self._core._reset_cancel()  # if the call ended before it saw the cancel
+            raise
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: pulls, retries, bytes, registrations, ..."""
+        return self._core.stats()
+
+    def check(self) -> None:
+        """Raises the connection's sticky error, if it has one (then reconnect)."""
+        self._core.status()
+
+    def close(self) -> None:
+        """Cancels what is in flight, waits for it, and closes the connection."""
+        self._core.close()
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "Subscriber(closed)"
+        return f"Subscriber({self.transport}, {len(self._layout)} tensors, held version {self.held_version})"
+
+    def _binding_for(self, into: Any) -> Binding:
+        if isinstance(into, Binding):
+            if into._subscriber is not self:
+                raise errors.InvalidArgument("this Binding belongs to another Subscriber",
+                                             "invalid_argument", "fix_call")
+            return into
+        if into is None:
+            if self._last_binding is None:
+                raise errors.InvalidArgument("pull() needs a destination: call bind(model) first, or pass one",
+                                             "invalid_argument", "fix_call")
+            return self._last_binding
+        return self.bind(into)
+
+
+def _pairs(target: Any):
+    from ._tensors import named_tensors
+
+    return named_tensors(target)
+
+
+def _single_buffer(target: Any):
+    """(TensorRef, object to keep alive) when ``target`` is one packed buffer, else None."""
+    if hasattr(target, "data_ptr") and hasattr(target, "numel"):
+        return describe("<packed>", target), target
+    if isinstance(target, (bytearray, memoryview)) or hasattr(target, "__array_interface__"):
+        if hasattr(target, "__array_interface__"):
+            return describe("<packed>", target), target
+        import ctypes
+
+        view = memoryview(target)
+        if view.readonly or not view.c_contiguous:
+            raise errors.InvalidArgument("a packed destination must be writable, contiguous memory",
+                                         "invalid_argument", "fix_call")
+        address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        return TensorRef("<packed>", "uint8", (view.nbytes,), address, view.nbytes, "cpu", True), view
+    return None
