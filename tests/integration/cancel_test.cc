@@ -5,6 +5,7 @@
 // (weightsync/log.h) receives the library's messages instead of stderr.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -177,4 +178,23 @@ TEST_CASE("shm: a pull with nothing new is answered from the stamp page, yet see
   REQUIRE_FALSE(after.ok());
   CHECK(after.status().action() == Action::kReconnect);
   CHECK_FALSE(pair.subscriber->status().ok());
+}
+
+TEST_CASE("publisher: a version query that waits 15 ms is answered after about 15 ms, not at the 50 ms sweep",
+          "[cancel]") {
+  // What makes cancellation prompt: a cancellable wait is a series of 10 ms
+  // queries, each answered when its own deadline passes.
+  const auto layout = bytes_layout(4096, 1);
+  auto pair = connected_pair(layout, "tcp");
+  std::vector<double> ms;
+  for (int i = 0; i < 7; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = pair.subscriber->wait_for_version(0, std::chrono::milliseconds(15));
+    CHECK(r.status().code() == ErrorCode::kTimeout);
+    ms.push_back(seconds_since(t0) * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  INFO("median " << ms[3] << " ms, min " << ms[0] << " ms");
+  CHECK(ms[0] >= 14.0);  // never before the deadline
+  CHECK(ms[3] < 40.0);
 }

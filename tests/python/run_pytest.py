@@ -48,7 +48,8 @@ def main() -> int:
     outcomes = Outcomes()
     args = [sys.argv[1], "-q", "-rs", "-p", "no:cacheprovider"]
     code = pytest.main(args + sys.argv[2:], plugins=[outcomes])
-    print(f"pytest: {outcomes.passed} passed, {outcomes.failed} failed, {outcomes.skipped} skipped")
+    why = f" ({'; '.join(sorted(outcomes.reasons))})" if outcomes.skipped else ""
+    print(f"pytest: {outcomes.passed} passed, {outcomes.failed} failed, {outcomes.skipped} skipped{why}")
     if code == 0 and outcomes.passed == 0 and outcomes.skipped > 0:
         print("SKIPPED: " + "; ".join(sorted(outcomes.reasons)))
         return 77

@@ -219,7 +219,7 @@ void PublisherServer::run_loop() {
 
 void PublisherServer::loop_once() {
   epoll_event events[64];
-  const int n = ::epoll_wait(epoll_fd_, events, 64, kSweepMillis);
+  const int n = ::epoll_wait(epoll_fd_, events, 64, wait_millis());
   if (n < 0) {
     if (errno == EINTR) return;
     fail(std::string("epoll_wait failed: ") + std::strerror(errno));
@@ -542,6 +542,18 @@ void PublisherServer::finish_completions() {
       arm(conn);
     }
   }
+}
+
+int PublisherServer::wait_millis() const {
+  if (parked_count_ == 0) return kSweepMillis;
+  const Clock::time_point now = Clock::now();
+  Clock::duration soonest = std::chrono::milliseconds(kSweepMillis);
+  for (const auto& [id, conn] : connections_) {
+    if (conn->parked) soonest = std::min(soonest, conn->park_until - now);
+  }
+  // Rounded up, so the wait ends at or after the deadline, never spins before it.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(std::max(soonest, Clock::duration::zero()));
+  return static_cast<int>(ms.count());
 }
 
 void PublisherServer::resolve_parked() {

@@ -105,6 +105,9 @@ class PublisherServer {
   void dispatch_parked_answer(Connection* conn);
   void finish_completions();
   void resolve_parked();
+  // How long epoll may wait: kSweepMillis, or less when a parked request's
+  // deadline comes sooner (a 10 ms QUERY_VERSION is answered in ~10 ms).
+  int wait_millis() const;
   void sweep_deadlines();
   void arm(Connection* conn);
   void refuse(Connection* conn, ErrorCode code, const std::string& why);
