@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The engine of the weightsync example pair: serves the model at the trainer's newest weights.
 
-  PYTHONPATH=build/python python3 examples/python/engine.py --versions 30 --address-file /tmp/ws-address
-  PYTHONPATH=build/python python3 examples/python/engine.py --spawn-trainer   # both, one command
+  PYTHONPATH=build/python /usr/bin/python3 examples/python/engine.py --versions 30 --address-file /tmp/ws-address
+  PYTHONPATH=build/python /usr/bin/python3 examples/python/engine.py --spawn-trainer   # both, one command
 
 weightsync.EngineAdapter pulls each new version from trainer.py into the model; between updates
 the engine "serves", evaluating the model on a fixed batch: the loss goes down as the trainer

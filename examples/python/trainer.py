@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The trainer of the weightsync example pair: trains a tiny model, publishes every step.
 
-  PYTHONPATH=build/python python3 examples/python/trainer.py --steps 30 --address-file /tmp/ws-address
+  PYTHONPATH=build/python /usr/bin/python3 examples/python/trainer.py --steps 30 --address-file /tmp/ws-address
 
 Fits y = sin(2x) with a small MLP and publishes the weights after every
 optimizer step as the next version (1, 2, ...); engine.py, given the same
