@@ -22,6 +22,15 @@ add_library(weightsync_xxhash INTERFACE IMPORTED)
 target_include_directories(weightsync_xxhash INTERFACE "${XXHASH_INCLUDE_DIR}")
 target_link_libraries(weightsync_xxhash INTERFACE "${XXHASH_LIBRARY}")
 
+find_path(ZSTD_INCLUDE_DIR zstd.h)
+find_library(ZSTD_LIBRARY zstd)
+if(NOT ZSTD_INCLUDE_DIR OR NOT ZSTD_LIBRARY)
+  message(FATAL_ERROR "zstd not found: apt-get install --no-install-recommends libzstd-dev")
+endif()
+add_library(weightsync_zstd INTERFACE IMPORTED)
+target_include_directories(weightsync_zstd INTERFACE "${ZSTD_INCLUDE_DIR}")
+target_link_libraries(weightsync_zstd INTERFACE "${ZSTD_LIBRARY}")
+
 # Optional parts. Their code arrives with later issues; the options and the
 # dependency checks are in place so that turning one ON fails loudly today.
 set(_found OFF)

@@ -7,8 +7,8 @@
 
 #include "algorithms/advantages.h"
 #include "channel/group_channel.h"
-#include "loop/policy_weights.h"
 #include "generator/weight_source.h"
+#include "loop/policy_weights.h"
 #include "weightsync/subscriber.h"
 #include "zorplex/tasks.h"
 
@@ -53,11 +53,19 @@ zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     auto subscriber = source_->connect();
     if (subscriber.ok()) {
-      const std::string mismatch = loop::layout_mismatch(subscriber.value()->layout(), model_.config());
-      if (!mismatch.empty()) return zorplex::Error{mismatch};
+      const weightsync::WeightLayout& offered = subscriber.value()->layout();
+      if (!pull_target_ || pull_target_->offered() != offered) {
+        auto target = loop::PolicyPullTarget::create(offered, model_);
+        if (!target) return target.error();
+        pull_target_ = std::move(target).value();
+      }
       subscriber_ = std::move(subscriber).value();
-      std::printf("generator %u: connected to %s (transport %s)\n", options_.id, source_->describe().c_str(),
-                  subscriber_->transport().c_str());
+      const std::string wire =
+          pull_target_->widens() ? std::string(", weights in ") +
+                                       loop::wire_dtype_name(pull_target_->wire_dtype()) + ", widened to fp32"
+                                 : std::string();
+      std::printf("generator %u: connected to %s (transport %s%s)\n", options_.id,
+                  source_->describe().c_str(), subscriber_->transport().c_str(), wire.c_str());
       std::fflush(stdout);
       return true;
     }
@@ -106,8 +114,12 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
     if (subscriber_->held_version() != 0) pull.newer_than = version_;
     pull.wait = (wait_for_newer || version_ == 0 || !buffer_intact_) ? std::chrono::milliseconds(500)
                                                                      : std::chrono::milliseconds(0);
+    // The destination still holds version_ (nothing writes it between
+    // pulls): a publisher with deltas (WEIGHTSYNC_DELTAS=1) can send the
+    // difference; anything else falls back to a full pull in the library.
+    if (subscriber_->publisher_deltas() && buffer_intact_ && version_ != 0) pull.delta_base = version_;
     const bool first_on_connection = subscriber_->held_version() == 0;
-    auto pulled = subscriber_->pull(loop::policy_destination(model_), pull);
+    auto pulled = subscriber_->pull(pull_target_->destination(model_), pull);
     // A failed pull may have written part of a version into the buffer:
     // sample nothing until a pull succeeds.
     if (!pulled.ok() && pulled.status().code() != weightsync::ErrorCode::kNotReady &&
@@ -116,6 +128,8 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
     }
     if (pulled.ok()) {
       const weightsync::PullResult& r = pulled.value();
+      auto widened = pull_target_->finish(model_);
+      if (!widened) return widened.error();
       if (first_on_connection) {
         pace_base_version_ = r.version;
         pace_sent_groups_ = 0;
@@ -136,6 +150,9 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
                          {"retries", r.retries},
                          {"transport", subscriber_->transport()},
                          {"staged", r.staged},
+                         {"wire_dtype", loop::wire_dtype_name(pull_target_->wire_dtype())},
+                         {"delta", r.delta},
+                         {"wire_bytes", r.wire_bytes},
                          {"xxh3", loop::weights_digest(model_)},
                          {"time", end}});
       }

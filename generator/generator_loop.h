@@ -25,6 +25,11 @@
 // - stop (set from a signal handler) is checked between every blocking step;
 //   run() then returns promptly (within about a second plus the rollout in
 //   progress).
+// - Wire dtype: the generator follows the publisher's layout. The policy's
+//   own float32 layout is pulled straight into the model's buffer; a narrowed
+//   form (a trainer with --wire-dtype bf16|fp16) into a host image of it,
+//   allocated once, then widened into the buffer after each successful pull
+//   (loop::PolicyPullTarget); the pull line's "wire_dtype" says which.
 // - Device: pulls land in the model's buffer wherever it lives; for a CUDA
 //   model straight in device memory (loop::policy_destination; the library
 //   stages through page-locked host chunks unless the transport writes device
@@ -49,6 +54,9 @@
 namespace weightsync {
 class Subscriber;
 }
+namespace loop {
+class PolicyPullTarget;
+}
 namespace channel {
 class GroupSender;
 }
@@ -64,7 +72,7 @@ struct GeneratorOptions {
   // "HOST[:PORT]": also serve the weights to other generators from a relay
   // at this address (generator/weight_source.h); empty: no relay.
   std::string relay_bind;
-  std::string relay_address_file;  // the relay's address is written here once it serves
+  std::string relay_address_file;   // the relay's address is written here once it serves
   std::string trajectory_endpoint;  // the trainer's GroupReceiver, tcp://host:port
   std::string secret;
   std::uint32_t id = 0;
@@ -126,6 +134,9 @@ class GeneratorLoop {
   loop::Timeline timeline_;
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<weightsync::Subscriber> subscriber_;
+  // Where pulls land: the model's buffer, or a narrow image widened into it
+  // (the trainer's --wire-dtype; kept across reconnects to the same layout).
+  std::unique_ptr<loop::PolicyPullTarget> pull_target_;
   std::unique_ptr<channel::GroupSender> sender_;
   std::uint64_t version_ = 0;  // the version in the model's buffer; 0 before the first pull
   bool buffer_intact_ = true;  // false after a failed pull until one succeeds

@@ -9,6 +9,7 @@ packages=(
   libfmt-dev                         # log formatting
   libssl-dev                         # HMAC-SHA256 authentication, random nonces
   libxxhash-dev                      # end-to-end checksums (xxHash3)
+  libzstd-dev                        # delta versions for slow links (zstd)
   catch2                             # the test framework (v2)
   libcli11-dev                       # command-line parsing in examples and tools
   libucx-dev                         # the UCX transport (one-sided ucp_get)

@@ -6,10 +6,13 @@
 #
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
-#          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--resume]
+#          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
+# --seed S: another run of the same settings (generators' sampling seed S and
+# task seeds from 200000 + S * 10000000); without it the generators' defaults.
+# Trainer options after --, e.g. -- --wire-dtype bf16 (docs/rl_loop.md).
 # --hosts: the same run across hosts of a test bed on this machine
 # (scripts/testbed.sh, root only; docs/testbed.md): the trainer in host 0 bound
 # to its address, generator K in host K+1, all on the per-run secret; weights
@@ -30,7 +33,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate="" topology=flat
+device=cpu hosts="" host_rate="" topology=flat seed=""
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
     --temperature) temperature="$2"; shift 2 ;;
     --batch-groups) batch_groups="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
     --hosts) hosts=1; shift ;;
     --host-rate) host_rate="$2"; shift 2 ;;
@@ -64,6 +68,11 @@ case "$topology" in
   tree[1-9]*) fanout="${topology#tree}" ;;
   *) echo "rl-run: --topology must be flat, chain or treeK (e.g. tree2), not '$topology'" >&2; exit 2 ;;
 esac
+seed_args=()
+if [ -n "$seed" ]; then
+  [[ "$seed" =~ ^[0-9]{1,6}$ ]] || { echo "rl-run: --seed must be a number from 0 to 999999, not '$seed'" >&2; exit 2; }
+  seed_args=(--seed "$seed" --task-seed-base $((200000 + seed * 10000000)))
+fi
 [ "$topology" = flat ] || [ -n "$hosts" ] || { echo "rl-run: --topology $topology needs --hosts" >&2; exit 2; }
 # on_host I CMD...: CMD in host I of the bed (--hosts), else here.
 on_host=()
@@ -152,7 +161,7 @@ for id in $(seq 0 $((generators - 1))); do
   fi
   (run_on "$node" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" "${relay[@]}") \
+    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done

@@ -14,6 +14,7 @@
 #include "loop/device.h"
 #include "loop/policy_weights.h"
 #include "rollout/eval_summary.h"
+#include "weightsync/narrow.h"
 #include "weightsync/publisher.h"
 
 namespace trainer {
@@ -70,11 +71,26 @@ zorplex::Result<bool> TrainerLoop::start() {
 
   auto layout = loop::policy_weight_layout(model_.config());
   if (!layout) return layout.error();
-  auto publisher = weightsync::Publisher::create(std::move(layout).value(), options_.publisher);
-  if (!publisher.ok())
-    return zorplex::Error{"cannot start the weight publisher: " + publisher.status().message()};
-  publisher_ = std::move(publisher).value();
-  weights_address_ = publisher_->address();
+  if (options_.wire_dtype == weightsync::DType::kFloat32) {
+    auto publisher = weightsync::Publisher::create(std::move(layout).value(), options_.publisher);
+    if (!publisher.ok())
+      return zorplex::Error{"cannot start the weight publisher: " + publisher.status().message()};
+    publisher_ = std::move(publisher).value();
+  } else {
+    const char* wire = loop::wire_dtype_name(options_.wire_dtype);
+    if (model_.device().is_cuda())
+      return zorplex::Error{
+          std::string("--wire-dtype ") + wire +
+          " needs a host-resident policy (--device cpu): the conversion runs on the host, "
+          "and the device publish path sends float32 (use --wire-dtype fp32 with --device cuda)"};
+    auto narrowing =
+        weightsync::NarrowingPublisher::create(layout.value(), options_.wire_dtype, options_.publisher);
+    if (!narrowing.ok())
+      return zorplex::Error{std::string("cannot start the ") + wire +
+                            " weight publisher: " + narrowing.status().message()};
+    narrowing_ = std::move(narrowing).value();
+  }
+  weights_address_ = weights_publisher().address();
 
   channel::ChannelOptions channel_options;
   channel_options.secret = options_.secret;
@@ -104,8 +120,37 @@ zorplex::Result<bool> TrainerLoop::write_address_file() const {
   return true;
 }
 
+weightsync::Publisher& TrainerLoop::weights_publisher() {
+  return narrowing_ ? narrowing_->publisher() : *publisher_;
+}
+
 zorplex::Result<bool> TrainerLoop::publish() {
+  if (narrowing_) return publish_narrow();
   return model_.device().is_cuda() ? publish_device() : publish_host();
+}
+
+zorplex::Result<bool> TrainerLoop::publish_narrow() {
+  const double start = loop::wall_clock_seconds();
+  auto handed = loop::publish_policy_narrow(*narrowing_, version_, model_);
+  if (!handed) return handed.error();
+  const double end = loop::wall_clock_seconds();
+  const weightsync::NarrowingStats converter = narrowing_->stats();
+  timeline_.span("publish", start, end,
+                 {{"version", version_}, {"wire_dtype", loop::wire_dtype_name(options_.wire_dtype)}});
+  metrics_->write({{"event", "publish"},
+                   {"version", version_},
+                   {"bytes", weights_publisher().layout().payload_bytes()},
+                   {"seconds", end - start},
+                   {"xxh3", loop::weights_digest(model_)},
+                   {"time", end},
+                   {"wire_dtype", loop::wire_dtype_name(options_.wire_dtype)},
+                   {"handoff_seconds", handed.value().copy_seconds},
+                   {"replaced_version", handed.value().replaced_version},
+                   {"versions_converted", converter.versions_converted},
+                   {"versions_skipped", converter.versions_skipped},
+                   {"last_conversion_seconds", converter.last_conversion_seconds},
+                   {"conversion_seconds", converter.conversion_seconds}});
+  return true;
 }
 
 zorplex::Result<bool> TrainerLoop::publish_host() {
@@ -375,6 +420,22 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
   }
   auto flushed = flush_publish();
   if (!flushed) return flushed.error();
+  if (narrowing_) {
+    auto converted = narrowing_->flush();
+    if (!converted.ok())
+      return zorplex::Error{"publishing version " + std::to_string(version_) + " in " +
+                            loop::wire_dtype_name(options_.wire_dtype) + ": " + converted.status().message()};
+    const weightsync::NarrowingStats converter = narrowing_->stats();
+    std::printf(
+        "trainer: %s on the wire: %llu versions converted off this thread (%.1f ms each on average), "
+        "%llu skipped\n",
+        loop::wire_dtype_name(options_.wire_dtype),
+        static_cast<unsigned long long>(converter.versions_converted),
+        converter.versions_converted > 0
+            ? 1000.0 * converter.conversion_seconds / static_cast<double>(converter.versions_converted)
+            : 0.0,
+        static_cast<unsigned long long>(converter.versions_skipped));
+  }
   auto saved = checkpoint();
   if (!saved) return saved.error();
   summary.steps = step_;

@@ -31,6 +31,19 @@
 //   only then is its "publish" line written, with enqueue_seconds and
 //   commit_copy_seconds added. A failed device publish ends run() with its
 //   Error.
+// - Wire dtype (options.wire_dtype, --wire-dtype): kFloat32 publishes the
+//   float32 buffer as above. kBFloat16 / kFloat16 publish through a
+//   weightsync::NarrowingPublisher over the narrowed layout: publish() copies
+//   the buffer into its staging (one memcpy on this thread) and its converter
+//   thread rounds it (to nearest even) into a slot and commits it, while this
+//   thread goes on. A version still waiting for the converter when the next
+//   is published is skipped (newest wins; sync mode never gets there: it
+//   waits for the round of each version). The converter's errors end run()
+//   at the next publish or at the end. Host policies only: a CUDA policy with
+//   a narrow wire dtype is refused by start(). The publish line adds
+//   wire_dtype, handoff_seconds, replaced_version and the converter's
+//   counters so far; its xxh3 is that of the float32 master weights (the
+//   generators' digests are of the widened bfloat16/float16 weights).
 // - Checkpoints (loop/rl_checkpoint.h) every checkpoint_every steps, at the
 //   end and when stopped; resume() continues from one.
 // - Errors: no trajectory for idle_timeout_s, a failed update or publish,
@@ -53,12 +66,14 @@
 #include "loop/run_log.h"
 #include "policy/transformer.h"
 #include "training/rl_update.h"
+#include "weightsync/layout.h"
 #include "weightsync/options.h"
 #include "zorplex/result.h"
 
 namespace weightsync {
 class Publisher;
-}
+class NarrowingPublisher;
+}  // namespace weightsync
 namespace channel {
 class GroupReceiver;
 }
@@ -84,6 +99,8 @@ struct TrainerOptions {
   int checkpoint_every = 10;
   std::string out_dir;  // checkpoint, trainer.jsonl, timeline-trainer.jsonl
   weightsync::PublisherOptions publisher;
+  // The dtype versions travel in: kFloat32 (as trained), kBFloat16 or kFloat16.
+  weightsync::DType wire_dtype = weightsync::DType::kFloat32;
   std::string trajectory_endpoint = "tcp://127.0.0.1:*";
   std::string secret;
   std::string address_file;  // "" : none
@@ -128,6 +145,9 @@ class TrainerLoop {
   zorplex::Result<bool> publish();
   zorplex::Result<bool> publish_host();
   zorplex::Result<bool> publish_device();
+  zorplex::Result<bool> publish_narrow();
+  // The Publisher subscribers pull from (the NarrowingPublisher's, if any).
+  weightsync::Publisher& weights_publisher();
   // Collects the in-flight device publish, if any, and logs it.
   zorplex::Result<bool> flush_publish();
   zorplex::Result<bool> checkpoint();
@@ -146,7 +166,8 @@ class TrainerLoop {
   policy::Metadata carried_;
   training::RlUpdater updater_;
   algorithms::ReplayBuffer buffer_;
-  std::unique_ptr<weightsync::Publisher> publisher_;
+  std::unique_ptr<weightsync::Publisher> publisher_;           // float32 on the wire
+  std::unique_ptr<weightsync::NarrowingPublisher> narrowing_;  // or bfloat16 / float16
   std::optional<PendingPublish> pending_publish_;
   std::unique_ptr<channel::GroupReceiver> receiver_;
   std::unique_ptr<loop::JsonlFile> metrics_;

@@ -5,6 +5,7 @@
 //   trainer --start DIR --out DIR [--mode sync|async] [--steps N] [--algorithm grpo|reinforce|decoupled] ...
 //   trainer --start DIR --out DIR --resume ...      continue from DIR's checkpoint
 //   trainer ... --device cuda                       the policy on the GPU (loop/device.h)
+//   trainer ... --wire-dtype bf16                   publish a bfloat16 image (float16: fp16)
 //
 // --start is the SFT checkpoint folder; when it has no policy yet the trainer
 // runs the SFT warm start into it first. Generators connect to the addresses
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "loop/device.h"
+#include "loop/policy_weights.h"
 #include "loop/rl_checkpoint.h"
 #include "policy/cpu_threads.h"
 #include "policy/safetensors.h"
@@ -62,6 +64,7 @@ int main(int argc, char** argv) try {
   std::uint16_t weights_port = 0;
   std::uint16_t trajectory_port = 0;
   std::string device_name = "cpu";
+  std::string wire_dtype = "fp32";
   CLI::App app{
       "RL trainer for the Zorplex policy: trains on generator trajectories (REINFORCE, GRPO or decoupled "
       "PPO) and "
@@ -125,6 +128,11 @@ int main(int argc, char** argv) try {
                  "Where the policy trains: cpu, or cuda (the first visible GPU; versions are published "
                  "from device memory without blocking the step)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--wire-dtype", wire_dtype,
+                 "The dtype versions travel in: fp32 (as trained), or bf16 / fp16, rounded to nearest even "
+                 "from the float32 weights once per version on a converter thread (not this one); "
+                 "generators widen it back to fp32 on arrival. bf16/fp16 need --device cpu")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
   auto device = loop::select_device(device_name);
   if (!device) return fail(device.error().message);
@@ -133,6 +141,12 @@ int main(int argc, char** argv) try {
     std::fflush(stdout);
   }
 
+  auto wire = loop::parse_wire_dtype(wire_dtype);
+  if (!wire) return fail(wire.error().message);
+  options.wire_dtype = wire.value();
+  if (options.wire_dtype != weightsync::DType::kFloat32 && device.value().is_cuda())
+    return fail("--wire-dtype " + wire_dtype +
+                " needs a host-resident policy (--device cpu): the device publish path sends float32");
   options.sync = mode == "sync";
   if (options.sync) options.replay.max_staleness = 0;
   options.replay.drop_zero_variance = !keep_zero_variance;
@@ -170,6 +184,7 @@ int main(int argc, char** argv) try {
                           {"max_staleness", options.replay.max_staleness},
                           {"drop_zero_variance", options.replay.drop_zero_variance}};
   settings["device"] = device_name;
+  settings["wire_dtype"] = wire_dtype;
   options.options_json = settings.dump();
 
   policy::configure_cpu_threads(threads);

@@ -11,8 +11,8 @@
 
 namespace wstest {
 
-FaultyProxy::FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset)
-    : target_port_(target_port), corrupt_connection_(connection), corrupt_offset_(offset) {
+FaultyProxy::FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset, std::uint8_t mask)
+    : target_port_(target_port), corrupt_connection_(connection), corrupt_offset_(offset), mask_(mask) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -75,7 +75,7 @@ void FaultyProxy::pump(int from, int to, bool corrupt) {
     if (n <= 0) break;
     if (corrupt && corrupt_offset_ >= position &&
         corrupt_offset_ < position + static_cast<std::uint64_t>(n)) {
-      buffer[corrupt_offset_ - position] ^= 0x10;
+      buffer[corrupt_offset_ - position] ^= mask_;
       flips_.fetch_add(1);
     }
     position += static_cast<std::uint64_t>(n);

@@ -17,7 +17,8 @@ class FaultyProxy {
  public:
   // Corrupts byte `offset` of the server->client stream of connection number
   // `connection` (1-based, in accept order); connection 0 corrupts nothing.
-  FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset);
+  // `mask`: the bits flipped at that byte (one bit by default).
+  FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset, std::uint8_t mask = 0x10);
   ~FaultyProxy();
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -30,6 +31,7 @@ class FaultyProxy {
   std::uint16_t target_port_;
   int corrupt_connection_;
   std::uint64_t corrupt_offset_;
+  std::uint8_t mask_ = 0x10;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -14,6 +14,8 @@
 //     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
 //     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: INSECURE, any peer can read and write the trainer's memory (transports.md)
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
+//     WEIGHTSYNC_DELTAS              publisher computes delta versions: 0 | 1
+//     WEIGHTSYNC_INTEGRITY           keyed version tags and sealed control frames (both sides): 0 | 1
 //     WEIGHTSYNC_SLOT_ALLOCATOR      who allocates the slots: auto | memfd | ucx (default auto)
 //     WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS  time a new connection has to authenticate (default 2000)
 //     WEIGHTSYNC_IDLE_TIMEOUT_MS     close authenticated connections silent this long (default 0: never)
@@ -107,6 +109,27 @@ struct PublisherOptions {
   // a revoked lease gets kVersionRevoked. nullopt: WEIGHTSYNC_LEASE_TIMEOUT_MS,
   // else 60000.
   std::optional<int> lease_timeout_ms;
+  // Delta versions for slow links (docs/slow_links.md): after each commit a
+  // thread of the publisher encodes the version against the previous one
+  // (XOR, byte-transposed, zstd at `delta_level`) and keeps the newest
+  // `delta_history` deltas; a subscriber holding an older version may then
+  // pull the chain of deltas instead of the whole version
+  // (PullOptions::delta_base). Costs three slot-sized host buffers and one
+  // core for a few ms per version; host slots only. nullopt:
+  // WEIGHTSYNC_DELTAS, else false.
+  std::optional<bool> deltas;
+  std::size_t delta_history = 8;
+  int delta_level = 1;
+  // The integrity layer for untrusted links (docs/security.md, "Integrity"):
+  // every version's checksum becomes a tag keyed by the secret (HMAC-SHA256,
+  // 64 bits), so bytes changed in transit are caught, and every control frame
+  // after the handshake is sealed (HMAC-SHA256 over a sequence number, its
+  // type and its payload). Needs a secret and host slots; turns checksums on.
+  // Every subscriber must ask for it too (SubscriberOptions::integrity), and
+  // one that asks is refused by a publisher without it. Costs one HMAC pass
+  // over each version at commit (docs/slow_links.md has the rate). nullopt:
+  // WEIGHTSYNC_INTEGRITY, else false.
+  std::optional<bool> integrity;
 };
 
 struct SubscriberOptions {
@@ -141,6 +164,11 @@ struct SubscriberOptions {
   // wait_for_version()/latest_version() also report in-progress versions.
   // Relays with RelayOptions::pipelined set it for their upstream pulls.
   bool accept_streaming = false;
+  // The integrity layer (PublisherOptions::integrity): ask for it; verifies
+  // every pull's keyed tag (verify_checksum is then always on) and seals the
+  // control frames. A publisher without it refuses this subscriber. nullopt:
+  // WEIGHTSYNC_INTEGRITY, else false.
+  std::optional<bool> integrity;
 };
 
 }  // namespace weightsync

@@ -89,6 +89,12 @@ struct PublisherStats {
   std::uint64_t handshakes_active = 0;      // connections not yet authenticated
   std::uint64_t handshakes_timed_out = 0;   // closed for not authenticating in time
   std::uint64_t sessions_idle_closed = 0;   // closed by idle_timeout_ms
+  // Delta versions (PublisherOptions::deltas): deltas encoded, chains sent,
+  // and the newest delta's compressed size and copy + encode time.
+  std::uint64_t deltas_computed = 0;
+  std::uint64_t deltas_served = 0;
+  std::uint64_t delta_last_bytes = 0;
+  double delta_last_seconds = 0.0;
   // False once the thread that accepts and serves connections has stopped on
   // an error; `server_error` says why. No new subscriber is served then:
   // recreate the Publisher.

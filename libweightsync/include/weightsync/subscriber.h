@@ -138,6 +138,16 @@ struct PullOptions {
   // waits for a version, looked at every kCancelPollInterval, and between
   // attempts; never in the middle of a transfer. Not sticky.
   Cancellation cancel;
+  // Delta versions (docs/slow_links.md): the destination holds exactly this
+  // version's bytes (as pulled; every tensor: a contiguous or scatter
+  // destination in host memory). When the publisher offers deltas
+  // (publisher_deltas()) and holds a chain of them from this version to the
+  // newest, smaller than the version, the pull receives that chain and
+  // applies it in place; the result is checked against the version's
+  // xxHash3, always. Anything else (no chain, too old, not smaller, a
+  // partial, device or exact pull, a result that fails the check) falls back
+  // to a full pull, counted in SubscriberStats::delta_fallbacks.
+  std::optional<std::uint64_t> delta_base;
 };
 
 struct PullResult {
@@ -150,6 +160,8 @@ struct PullResult {
   std::uint64_t checksum = 0;      // that xxHash3 (the one the trainer computed, also through relays); 0 unless verified
   bool staged = false;             // went through the page-locked staging ring
   bool partial = false;            // a partial pull: `checksum` is that of its view (its bytes, in its order)
+  bool delta = false;              // delivered by a chain of deltas (PullOptions::delta_base)
+  std::uint64_t wire_bytes = 0;    // bytes received for it: `bytes`, or the compressed deltas
 };
 
 struct SubscriberStats {
@@ -161,6 +173,9 @@ struct SubscriberStats {
   std::uint64_t streamed_pulls = 0;  // successful pulls of a version read while still being written
   std::uint64_t registrations_released = 0;  // registrations dropped by release_memory()
   std::uint64_t views = 0;                   // partial-pull views registered with the publisher
+  std::uint64_t delta_pulls = 0;             // successful pulls delivered by deltas
+  std::uint64_t delta_fallbacks = 0;         // pulls that asked for deltas and pulled in full instead
+  std::uint64_t delta_bytes = 0;             // compressed delta bytes received by successful delta pulls
 };
 
 // A Destination checked, expanded into its list of reads and, for a partial
@@ -207,6 +222,8 @@ class Subscriber {
   std::string transport() const;
   // Whether the publisher computes checksums.
   bool publisher_checksums() const noexcept;
+  // Whether the publisher serves delta versions (PublisherOptions::deltas).
+  bool publisher_deltas() const noexcept;
 
   // Newest committed version on the publisher; 0 if none yet.
   Result<std::uint64_t> latest_version();

@@ -10,14 +10,15 @@ namespace weightsync::detail {
 Result<AuthenticatedSocket> connect_and_authenticate(const std::function<Result<Socket>(Deadline)>& open,
                                                      const std::string& secret, Role role,
                                                      std::uint64_t session_id, const std::string& client_name,
-                                                     Deadline deadline) {
+                                                     Deadline deadline, std::uint8_t features) {
   std::minstd_rand jitter(std::random_device{}());
   std::chrono::milliseconds backoff(10);
   for (;;) {
     auto socket = open(deadline);
     if (!socket.ok()) return socket.status();
-    auto session = client_handshake(*socket, secret, role, session_id, client_name, deadline);
-    if (session.ok()) return AuthenticatedSocket{std::move(*socket), *session};
+    HandshakeOutcome outcome;
+    auto session = client_handshake(*socket, secret, role, session_id, client_name, deadline, features, &outcome);
+    if (session.ok()) return AuthenticatedSocket{std::move(*socket), *session, outcome};
     if (session.status().code() != ErrorCode::kBusy) return session.status();
     const auto pause = backoff + std::chrono::milliseconds(jitter() % (backoff.count() / 2 + 1));
     const int left = deadline.poll_millis();

@@ -24,11 +24,13 @@ namespace weightsync::detail {
 struct AuthenticatedSocket {
   Socket socket;
   std::uint64_t session_id = 0;
+  HandshakeOutcome outcome;  // the nonces, for the integrity layer's keys
 };
 
+// `features`: HELLO's feature bits (kHelloIntegrity on a control connection).
 Result<AuthenticatedSocket> connect_and_authenticate(const std::function<Result<Socket>(Deadline)>& open,
                                                      const std::string& secret, Role role,
                                                      std::uint64_t session_id, const std::string& client_name,
-                                                     Deadline deadline);
+                                                     Deadline deadline, std::uint8_t features = 0);
 
 }  // namespace weightsync::detail

@@ -22,7 +22,10 @@ namespace weightsync::detail {
 
 class HandshakeResponder {
  public:
-  explicit HandshakeResponder(std::string secret) : secret_(std::move(secret)) {}
+  // integrity: the publisher runs with the integrity layer; its control
+  // sessions must ask for it in HELLO, and no session may ask without it.
+  HandshakeResponder(std::string secret, bool integrity = false)
+      : secret_(std::move(secret)), integrity_(integrity) {}
 
   Result<std::vector<std::uint8_t>> on_hello(const Frame& frame);
   Status on_auth(const Frame& frame);
@@ -33,9 +36,13 @@ class HandshakeResponder {
   // For a data or local connection: the control session it asks to join.
   std::uint64_t claimed_session() const noexcept { return hello_.session_id; }
   const std::string& client_name() const noexcept { return hello_.client_name; }
+  std::uint8_t features() const noexcept { return hello_.features; }
+  const Nonce& client_nonce() const noexcept { return hello_.client_nonce; }
+  const Nonce& server_nonce() const noexcept { return challenge_.server_nonce; }
 
  private:
   std::string secret_;
+  bool integrity_ = false;
   HelloMsg hello_;
   ChallengeMsg challenge_;
   bool hello_received_ = false;

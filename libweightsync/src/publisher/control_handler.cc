@@ -17,7 +17,7 @@ Deadline io_deadline(const ControlContext& ctx) {
 }
 
 Status reply(const ControlContext& ctx, MsgType type, const std::vector<std::uint8_t>& payload) {
-  return write_frame(*ctx.socket, type, payload, io_deadline(ctx), kPeer);
+  return write_sealed(*ctx.socket, ctx.seal, type, payload, io_deadline(ctx), kPeer);
 }
 
 // An answer the subscriber can act on (nothing newer yet, too many leases, a
@@ -34,7 +34,7 @@ ControlOutcome sent(Status status) {
 }
 
 ControlOutcome protocol_error(const ControlContext& ctx, const std::string& why) {
-  return sent(reply_error(*ctx.socket, ErrorCode::kProtocolError, why, io_deadline(ctx), kPeer));
+  return sent(reply_error_sealed(*ctx.socket, ctx.seal, ErrorCode::kProtocolError, why, io_deadline(ctx), kPeer));
 }
 
 ControlOutcome query_version(const ControlContext& ctx, const Frame& frame) {
@@ -115,6 +115,34 @@ ControlOutcome acquire_view(const ControlContext& ctx, const Frame& frame) {
   return sent(reply(ctx, MsgType::kLease, lease.encode()));
 }
 
+// FETCH_DELTA: the chain of deltas, its compressed bytes after the frame.
+// Sending is bounded by the I/O timeout per stall, as DATA is.
+ControlOutcome fetch_delta(const ControlContext& ctx, const Frame& frame) {
+  auto request = FetchDeltaMsg::decode(frame.payload);
+  if (!request.ok()) return protocol_error(ctx, request.status().message());
+  if (ctx.state->deltas == nullptr) {
+    return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "this publisher computes no deltas")));
+  }
+  // Waiting is only for the delta thread to encode a committed version: a
+  // version not yet committed is refused at once (no worker held for it).
+  if (request->at_least > ctx.state->ring->latest_version()) {
+    return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "version " + std::to_string(request->at_least) +
+                                                                    " is not committed")));
+  }
+  const auto wait = std::chrono::milliseconds(std::min(request->wait_ms, kMaxDeltaWaitMs));
+  auto chain = ctx.state->deltas->chain(request->have, request->at_least, request->max_bytes, wait);
+  if (!chain.ok()) return sent(reply_refusal(ctx, chain.status()));
+  DeltaMsg header;
+  header.element_bytes = static_cast<std::uint8_t>(ctx.state->deltas->element_bytes());
+  std::vector<iovec> iov;
+  for (const DeltaLink& link : *chain) {
+    header.links.push_back(DeltaLinkHeader{link.from, link.to, link.checksum, link.compressed->size()});
+    iov.push_back(iovec{const_cast<std::uint8_t*>(link.compressed->data()), link.compressed->size()});
+  }
+  if (Status s = reply(ctx, MsgType::kDelta, header.encode()); !s.ok()) return sent(s);
+  return sent(send_iov(*ctx.socket, iov.data(), iov.size(), Deadline::never(), kPeer, ctx.io_timeout_ms));
+}
+
 ControlOutcome transport_connect(const ControlContext& ctx, const Frame& frame) {
   auto request = TransportConnectMsg::decode(frame.payload);
   if (!request.ok()) return protocol_error(ctx, request.status().message());
@@ -144,6 +172,7 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
       table.slot_bytes = ring.slot_bytes();
       table.checksums = ctx.state->checksums;
       table.transports = ctx.state->offers;
+      if (ctx.state->deltas != nullptr) table.features |= kFeatureDeltas;
       return sent(reply(ctx, MsgType::kSlotTable, table.encode()));
     }
     case MsgType::kQueryVersion: return query_version(ctx, frame);
@@ -151,6 +180,7 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
     case MsgType::kRegisterView: return register_view(ctx, frame);
     case MsgType::kAcquireView: return acquire_view(ctx, frame);
     case MsgType::kWaitWatermark: return wait_watermark(ctx, frame);
+    case MsgType::kFetchDelta: return fetch_delta(ctx, frame);
     case MsgType::kRelease: {
       auto release = ReleaseMsg::decode(frame.payload);
       if (!release.ok()) return protocol_error(ctx, release.status().message());
@@ -183,8 +213,8 @@ Status answer_watermark(const ControlContext& ctx, std::uint64_t lease_id, std::
   auto st = ctx.state->ring->stream_state(ctx.session, lease_id);
   if (!st.ok()) {
     if (st.status().code() == ErrorCode::kVersionRevoked) return reply_refusal(ctx, st.status());
-    return reply_error(*ctx.socket, ErrorCode::kInvalidArgument,
-                       "WAIT_WATERMARK names a lease this session does not hold", io_deadline(ctx), kPeer);
+    return reply_error_sealed(*ctx.socket, ctx.seal, ErrorCode::kInvalidArgument,
+                              "WAIT_WATERMARK names a lease this session does not hold", io_deadline(ctx), kPeer);
   }
   // Answered with the state as it is: reached, committed, or (after the
   // bounded wait) neither, which the subscriber counts as a stall.
@@ -196,9 +226,9 @@ Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than,
   const SlotRing& ring = *ctx.state->ring;
   const std::uint64_t latest = reported_version(*ctx.state, streaming);
   if (latest <= newer_than && ring.stopped()) {
-    return reply_error(*ctx.socket, ErrorCode::kConnectionLost,
-                       "the publisher is shutting down; no newer version will come from it", io_deadline(ctx),
-                       kPeer);
+    return reply_error_sealed(*ctx.socket, ctx.seal, ErrorCode::kConnectionLost,
+                              "the publisher is shutting down; no newer version will come from it",
+                              io_deadline(ctx), kPeer);
   }
   return reply(ctx, MsgType::kVersion, VersionMsg{latest}.encode());
 }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "auth/integrity.h"
 #include "net/socket.h"
 #include "publisher/served_state.h"
 #include "wire/frame.h"
@@ -26,6 +27,7 @@ struct ControlContext {
   const ServedState* state = nullptr;
   std::uint64_t session = 0;
   int io_timeout_ms = 10000;
+  FrameSeal* seal = nullptr;  // integrity layer: every reply sealed (null: plain frames)
 };
 
 struct ControlOutcome {

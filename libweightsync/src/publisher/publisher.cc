@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "auth/crypto.h"
+#include "auth/integrity.h"
 #include "common/checksum.h"
 #include "common/env.h"
 #include "common/host_identity.h"
@@ -37,10 +38,13 @@ class Publisher::Impl {
   std::string bind_host;
   std::uint16_t port = 0;
   bool checksums = false;
+  // The integrity layer: the key of the version tags (checksums are then tags).
+  std::shared_ptr<const detail::VersionKey> version_key;
   std::unique_ptr<detail::SlotRing> ring;
   std::unique_ptr<detail::UcxPublisherTransport> ucx;      // after ring: unmapped before the slots are
   std::unique_ptr<detail::VerbsPublisherTransport> verbs;  // likewise
   std::unique_ptr<detail::ViewRegistry> views;  // before server: outlives it
+  std::unique_ptr<detail::DeltaStore> deltas;   // likewise; after ring: stops before the slots go
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
   int io_timeout_ms = 10000;
@@ -71,10 +75,16 @@ class Publisher::Impl {
 
   // Hash of the tensors in layout order (padding excluded).
   std::uint64_t checksum_of_slot(std::uint32_t slot) const {
-    detail::StreamHasher hasher;
+    detail::StreamHasher hasher(version_key);
     const auto* base = static_cast<const char*>(ring->slot_data(slot));
     for (const auto& t : layout.tensors()) hasher.update(base + t.offset, t.bytes);
     return hasher.digest();
+  }
+
+  // The threads that work from committed versions: view pre-hashing, deltas.
+  void announce_commit(std::uint32_t slot, std::uint64_t version) {
+    if (views) views->committed(slot, version << 1);
+    if (deltas) deltas->committed(slot, version << 1);
   }
 
   Result<PublishResult> finish(const detail::Reservation& r, std::uint64_t version,
@@ -83,7 +93,7 @@ class Publisher::Impl {
     if (!checksums) checksum.reset();  // a forwarded checksum is served only when checksums are on
     if (checksums && !checksum) checksum = checksum_of_slot(r.slot);
     ring->commit(r.slot, version, checksum);
-    if (views) views->committed(r.slot, version << 1);
+    announce_commit(r.slot, version);
     writer_open = false;
     PublishResult out;
     out.version = version;
@@ -133,7 +143,7 @@ Status Publisher::Impl::prepare_device_publish() {
         std::optional<std::uint64_t> checksum;
         if (checksums) checksum = checksum_of_slot(job.slot);
         ring->commit(job.slot, job.version, checksum);
-        if (views) views->committed(job.slot, job.version << 1);
+        announce_commit(job.slot, job.version);
         PublishResult out;
         out.version = job.version;
         out.slot = job.slot;
@@ -183,9 +193,12 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto idle_timeout =
       detail::resolve_millis(options.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0, /*zero_allowed=*/true);
   auto lease_timeout = detail::resolve_millis(options.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000);
+  auto deltas = detail::resolve_bool(options.deltas, "WEIGHTSYNC_DELTAS", false);
+  auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
   for (const Status* s :
        {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status(),
-        &handshake_timeout.status(), &idle_timeout.status(), &lease_timeout.status()}) {
+        &handshake_timeout.status(), &idle_timeout.status(), &lease_timeout.status(), &deltas.status(),
+        &integrity.status()}) {
     if (!s->ok()) return *s;
   }
   if (allocator->value != "auto" && allocator->value != "memfd" && allocator->value != "ucx") {
@@ -213,6 +226,17 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
             "WEIGHTSYNC_SECRET (or PublisherOptions::secret) on the publisher and every subscriber");
   }
 
+  if (integrity->value) {
+    if (secret->value.empty()) {
+      return Status(ErrorCode::kInvalidConfig,
+                    std::string("integrity (from ") + detail::to_string(integrity->source) +
+                        ") needs a secret: set WEIGHTSYNC_SECRET (or PublisherOptions::secret)");
+    }
+    if (cuda_slots) {
+      return Status(ErrorCode::kInvalidConfig, "integrity needs host slots: the publisher computes its tags on the CPU");
+    }
+    checksum->value = true;  // the tags are the checksums
+  }
   if (cuda_slots && checksum->value) {
     return Status(ErrorCode::kInvalidConfig,
                   std::string("checksums (from ") + detail::to_string(checksum->source) +
@@ -221,6 +245,11 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   }
   auto impl = std::make_unique<Impl>(std::move(layout));
   impl->checksums = checksum->value;
+  if (integrity->value) {
+    auto key = detail::derive_version_key(secret->value);
+    if (!key.ok()) return key.status();
+    impl->version_key = std::move(*key);
+  }
   impl->io_timeout_ms = timeout->value;
   // UCX first: WEIGHTSYNC_SLOT_ALLOCATOR=ucx has UCX allocate the slots.
   std::unique_ptr<detail::UcxPublisherTransport> ucx;
@@ -320,6 +349,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
 
   detail::ServerConfig config;
   config.secret = secret->value;
+  config.integrity = integrity->value;
   config.io_timeout_ms = timeout->value;
   config.max_connections = options.max_connections;
   config.max_handshakes = options.max_handshakes;
@@ -339,9 +369,19 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   }
   detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
                             std::move(offers), nullptr,          nullptr};
-  impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes());
+  impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes(), impl->version_key);
   if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
   state.views = impl->views.get();
+  if (deltas->value) {
+    auto store = detail::DeltaStore::create(impl->layout, *impl->ring, options.delta_history, options.delta_level,
+                                            impl->version_key);
+    if (!store.ok()) {
+      return Status(store.status().code(), "deltas (from " + std::string(detail::to_string(deltas->source)) +
+                                               "): " + store.status().message());
+    }
+    impl->deltas = std::move(*store);
+    state.deltas = impl->deltas.get();
+  }
   if (impl->verbs) {
     detail::VerbsPublisherTransport* verbs_transport = impl->verbs.get();
     state.transport_connect =
@@ -368,10 +408,12 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   }
   WS_INFO(
       "publisher: {}:{} (bind from {}), {} slots x {} bytes (allocator {}, asked {} from {}), checksums {} "
-      "(from {}), io timeout {} ms (from {}), auth {} (from {})",
+      "(from {}), deltas {} (from {}), integrity {} (from {}), io timeout {} ms (from {}), auth {} (from {})",
       impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
       impl->ring->allocator_name(), allocator->value, detail::to_string(allocator->source),
-      impl->checksums ? "on" : "off", detail::to_string(checksum->source), timeout->value,
+      impl->checksums ? "on" : "off", detail::to_string(checksum->source), impl->deltas ? "on" : "off",
+      detail::to_string(deltas->source), impl->version_key ? "on" : "off", detail::to_string(integrity->source),
+      timeout->value,
       detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
       detail::to_string(secret->source));
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
@@ -432,7 +474,7 @@ Result<PublishResult> Publisher::publish(std::uint64_t version,
   if (!r.ok()) return r.status();
   auto* base = static_cast<char*>(r->data);
   std::optional<detail::StreamHasher> hasher;
-  if (impl_->checksums) hasher.emplace();
+  if (impl_->checksums) hasher.emplace(impl_->version_key);
   // With checksums: copy in 1 MiB chunks and hash each while still in cache.
   // Without: one memcpy per tensor (large copies are fastest whole; see
   // transport/direct_copy.h).
@@ -595,6 +637,13 @@ PublisherStats Publisher::stats() const {
   stats.handshakes_timed_out = c.handshakes_timed_out.load();
   stats.sessions_idle_closed = c.sessions_idle_closed.load();
   const detail::ServerHealth health = impl_->server->health();
+  if (impl_->deltas) {
+    const detail::DeltaStoreStats d = impl_->deltas->stats();
+    stats.deltas_computed = d.computed;
+    stats.deltas_served = d.served;
+    stats.delta_last_bytes = d.last_bytes;
+    stats.delta_last_seconds = d.last_seconds;
+  }
   stats.serving = health.serving;
   stats.server_error = health.error;
   return stats;
@@ -688,6 +737,10 @@ Result<PublishResult> PublisherAccess::commit_as(SlotWriter& writer, std::uint64
   writer.owner_ = nullptr;
   detail::Reservation r{writer.slot_, writer.revoked_, writer.data_};
   try {
+    // With the integrity layer a forwarded checksum (a relay's upstream tag,
+    // keyed by the upstream's secret) is not served: this publisher tags the
+    // version itself, under its own key.
+    if (owner->impl_->version_key) checksum.reset();
     return owner->impl_->finish(r, version, writer.started_, checksum);
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal, std::string("PublisherAccess::commit_as: ") + e.what());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "delta/delta_store.h"
 #include "publisher/view_registry.h"
 #include "ring/slot_ring.h"
 #include "weightsync/layout.h"
@@ -29,6 +30,8 @@ struct ServedState {
   std::function<void(std::uint64_t)> session_closed;
   // Views of partial pulls (REGISTER_VIEW, ACQUIRE_VIEW); owned by the Publisher.
   ViewRegistry* views = nullptr;
+  // Delta versions (FETCH_DELTA); null when the publisher computes none.
+  DeltaStore* deltas = nullptr;
 };
 
 }  // namespace weightsync::detail

@@ -79,8 +79,11 @@ struct PublisherServer::Connection {
   Clock::time_point last_activity{};
   Clock::time_point partial_since{};  // first byte of an incomplete frame
   bool has_partial = false;
+  // Integrity layer (control sessions that asked for it): seals and opens
+  // every frame after WELCOME. Used by whoever owns the socket at the time.
+  std::unique_ptr<FrameSeal> seal;
 
-  explicit Connection(std::string secret) : handshake(std::move(secret)) {}
+  Connection(std::string secret, bool integrity) : handshake(std::move(secret), integrity) {}
 };
 
 struct PublisherServer::Completion {
@@ -273,7 +276,7 @@ void PublisherServer::accept_ready(bool local) {
 }
 
 void PublisherServer::admit(Socket socket, std::string peer, std::string address, bool local) {
-  auto conn = std::make_unique<Connection>(config_.secret);
+  auto conn = std::make_unique<Connection>(config_.secret, config_.integrity);
   conn->id = next_id_++;
   conn->socket = std::move(socket);
   conn->peer = std::move(peer);
@@ -312,7 +315,9 @@ void PublisherServer::arm(Connection* conn) {
 void PublisherServer::on_readable(Connection* conn) {
   if (conn->busy) return;
   const bool authenticated = conn->phase != Connection::Phase::kHandshake;
-  const std::uint32_t limit = authenticated ? kMaxRequestPayload : kMaxHandshakePayload;
+  const std::uint32_t limit = !authenticated ? kMaxHandshakePayload
+                              : conn->seal  ? kMaxRequestPayload + static_cast<std::uint32_t>(kFrameTagBytes)
+                                            : kMaxRequestPayload;
   auto progress = conn->in.read_from(conn->socket, limit, kPeer);
   if (!progress.ok()) {
     if (progress.status().code() == ErrorCode::kProtocolError) {
@@ -440,6 +445,16 @@ void PublisherServer::on_authenticated(Connection* conn) {
                ") connections; retry later or raise PublisherOptions::max_connections");
     return;
   }
+  if (role == Role::kControl && (conn->handshake.features() & kHelloIntegrity) != 0) {
+    auto keys = derive_session_keys(config_.secret, session, conn->handshake.client_nonce(),
+                                    conn->handshake.server_nonce());
+    if (!keys.ok()) {
+      WS_ERROR("publisher: cannot derive session keys for {}: {}", conn->peer, keys.status().message());
+      refuse(conn, ErrorCode::kInternal, "the publisher cannot authenticate (see its log)");
+      return;
+    }
+    conn->seal = std::make_unique<FrameSeal>(keys->to_subscriber, keys->to_publisher);
+  }
   auto welcome = conn->handshake.welcome(session);
   if (!welcome.ok()) {
     WS_ERROR("publisher: cannot complete the handshake with {}: {}", conn->peer, welcome.status().message());
@@ -499,7 +514,7 @@ void PublisherServer::dispatch_parked_answer(Connection* conn) {
     done.id = conn->id;
     done.close = true;
     try {
-      ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms};
+      ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms, conn->seal.get()};
       done.close = !(watermark ? answer_watermark(ctx, lease, bytes)
                                : answer_version_query(ctx, newer_than, streaming))
                         .ok();
@@ -633,7 +648,8 @@ void PublisherServer::refuse(Connection* conn, ErrorCode code, const std::string
     return;
   }
   // Best effort and without waiting: the peer may be the one not reading.
-  (void)reply_error(conn->socket, code, why, Deadline::after(std::chrono::milliseconds(0)), kPeer);
+  (void)reply_error_sealed(conn->socket, conn->seal.get(), code, why, Deadline::after(std::chrono::milliseconds(0)),
+                           kPeer);
   close_connection(conn);
 }
 
@@ -709,8 +725,12 @@ void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
       status = serve_tcp_read(conn->socket, *state_.ring, conn->session, frame.payload, config_.io_timeout_ms,
                               &counters_.bytes_served);
     }
+  } else if (Status opened = conn->seal ? conn->seal->open(frame) : Status(); !opened.ok()) {
+    // Changed, replayed or reordered in transit: nothing more from this peer is trusted.
+    status = opened;
+    done.close = true;
   } else {
-    ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms};
+    ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms, conn->seal.get()};
     ControlOutcome outcome = handle_control_request(ctx, frame);
     status = outcome.status;
     done.close = outcome.bye;

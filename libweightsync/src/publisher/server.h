@@ -45,6 +45,7 @@ namespace weightsync::detail {
 
 struct ServerConfig {
   std::string secret;
+  bool integrity = false;  // control sessions must ask for the integrity layer (auth/integrity.h)
   int io_timeout_ms = 10000;
   std::size_t max_connections = 256;
   std::size_t max_handshakes = 64;

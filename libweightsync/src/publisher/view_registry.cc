@@ -65,12 +65,12 @@ Result<ViewMsg> ViewRegistry::add(std::uint64_t session, const RegisterViewMsg& 
 }
 
 Result<std::uint64_t> ViewRegistry::hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
-                                               std::uint64_t stamp) {
+                                               std::uint64_t stamp) const {
   // Seqlock read: the bytes count only if the slot still holds `stamp` after.
   if (ring.stamp_before(slot) != stamp) {
     return Status(ErrorCode::kVersionRevoked, "the leased version was replaced before its view was hashed");
   }
-  StreamHasher hasher;
+  StreamHasher hasher(key_);
   const auto* base = static_cast<const std::uint8_t*>(ring.slot_data(slot));
   {
     SeqlockReadScope racy_by_design;

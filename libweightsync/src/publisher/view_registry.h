@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/checksum.h"
 #include "ring/slot_ring.h"
 #include "wire/messages.h"
 
@@ -42,7 +43,10 @@ class ViewRegistry {
   static constexpr std::size_t kMaxViewsPerSession = 16;
   static constexpr std::uint64_t kMaxEntriesPerSession = 1u << 16;
 
-  explicit ViewRegistry(std::uint64_t slot_bytes) : slot_bytes_(slot_bytes) {}
+  // key: the integrity layer's version key (view checksums are then keyed
+  // tags); null: xxHash3.
+  explicit ViewRegistry(std::uint64_t slot_bytes, std::shared_ptr<const VersionKey> key = nullptr)
+      : slot_bytes_(slot_bytes), key_(std::move(key)) {}
   ~ViewRegistry();
   ViewRegistry(const ViewRegistry&) = delete;
   ViewRegistry& operator=(const ViewRegistry&) = delete;
@@ -89,11 +93,12 @@ class ViewRegistry {
   };
 
   // The view's bytes in `slot`, if it still holds `stamp` after they were read.
-  static Result<std::uint64_t> hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
-                                         std::uint64_t stamp);
+  Result<std::uint64_t> hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
+                                         std::uint64_t stamp) const;
   void prehash_loop();
 
   const std::uint64_t slot_bytes_;
+  std::shared_ptr<const VersionKey> key_;
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, Session> sessions_;
   Counters counters_;

@@ -13,21 +13,32 @@ constexpr const char* kPeer = "publisher";
 
 Result<ControlClient> ControlClient::connect(const HostPort& publisher, const std::string& secret,
                                              const std::string& client_name, int connect_timeout_ms,
-                                             int io_timeout_ms) {
+                                             int io_timeout_ms, bool integrity) {
+  if (integrity && secret.empty()) {
+    return Status(ErrorCode::kInvalidConfig, "integrity needs a secret: set WEIGHTSYNC_SECRET on both sides");
+  }
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(connect_timeout_ms));
   auto connected = connect_and_authenticate([&](Deadline d) { return connect_tcp(publisher, d); }, secret,
-                                            Role::kControl, 0, client_name, deadline);
+                                            Role::kControl, 0, client_name, deadline,
+                                            integrity ? kHelloIntegrity : std::uint8_t{0});
   if (!connected.ok()) return connected.status();
-  return ControlClient(std::move(connected->socket), connected->session_id, io_timeout_ms);
+  std::unique_ptr<FrameSeal> seal;
+  if (integrity) {
+    auto keys = derive_session_keys(secret, connected->session_id, connected->outcome.client_nonce,
+                                    connected->outcome.server_nonce);
+    if (!keys.ok()) return keys.status();
+    seal = std::make_unique<FrameSeal>(keys->to_publisher, keys->to_subscriber);
+  }
+  return ControlClient(std::move(connected->socket), connected->session_id, io_timeout_ms, std::move(seal));
 }
 
 Result<Frame> ControlClient::call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,
                                   int extra_wait_ms) {
-  Status s = write_frame(socket_, request, payload,
-                         Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
+  Status s = write_sealed(socket_, seal_.get(), request, payload,
+                          Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
   if (!s.ok()) return s;
   const auto wait = std::chrono::milliseconds(static_cast<long long>(io_timeout_ms_) + extra_wait_ms);
-  return read_expected(socket_, reply, kMaxReplyPayload, Deadline::after(wait), kPeer);
+  return read_expected_sealed(socket_, seal_.get(), reply, kMaxReplyPayload, Deadline::after(wait), kPeer);
 }
 
 Result<WeightLayout> ControlClient::get_layout() {
@@ -56,6 +67,26 @@ Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std
   auto msg = VersionMsg::decode(frame->payload);
   if (!msg.ok()) return msg.status();
   return msg->latest;
+}
+
+Result<DeltaMsg> ControlClient::fetch_delta(const FetchDeltaMsg& request, std::vector<std::uint8_t>& bytes) {
+  auto frame = call(MsgType::kFetchDelta, request.encode(), MsgType::kDelta, static_cast<int>(request.wait_ms));
+  if (!frame.ok()) return frame.status();
+  auto delta = DeltaMsg::decode(frame->payload);
+  if (!delta.ok()) return delta.status();
+  const std::uint64_t total = delta->total_bytes();
+  if (delta->links.front().from != request.have || delta->links.back().to < request.at_least ||
+      total >= request.max_bytes) {
+    return Status(ErrorCode::kProtocolError, "publisher sent a delta chain that was not asked for (" +
+                                                 std::to_string(delta->links.front().from) + " -> " +
+                                                 std::to_string(delta->links.back().to) + ", " +
+                                                 std::to_string(total) + " bytes)");
+  }
+  bytes.resize(total);
+  iovec iov{bytes.data(), bytes.size()};
+  Status s = recv_iov(socket_, &iov, 1, io_timeout_ms_, kPeer, nullptr);
+  if (!s.ok()) return s;
+  return delta;
 }
 
 Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than, bool streaming) {
@@ -119,8 +150,8 @@ Result<WatermarkMsg> ControlClient::wait_watermark(std::uint64_t lease_id, std::
 }
 
 Status ControlClient::release(std::uint64_t lease_id) {
-  return write_frame(socket_, MsgType::kRelease, ReleaseMsg{lease_id}.encode(),
-                     Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
+  return write_sealed(socket_, seal_.get(), MsgType::kRelease, ReleaseMsg{lease_id}.encode(),
+                      Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
 }
 
 Result<std::vector<std::uint8_t>> ControlClient::transport_connect(const std::string& transport,
@@ -148,7 +179,7 @@ bool ControlClient::quiet() const {
 
 void ControlClient::bye() {
   if (!socket_.valid()) return;
-  (void)write_frame(socket_, MsgType::kBye, {}, Deadline::after(std::chrono::milliseconds(100)), kPeer);
+  (void)write_sealed(socket_, seal_.get(), MsgType::kBye, {}, Deadline::after(std::chrono::milliseconds(100)), kPeer);
   socket_.close();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "auth/integrity.h"
 #include "net/socket.h"
 #include "weightsync/layout.h"
 #include "wire/messages.h"
@@ -15,9 +16,12 @@ namespace weightsync::detail {
 class ControlClient {
  public:
   // Connects and authenticates within connect_timeout_ms.
+  // integrity: ask for the integrity layer (auth/integrity.h); every frame
+  // after the handshake is then sealed both ways.
   static Result<ControlClient> connect(const HostPort& publisher, const std::string& secret,
                                        const std::string& client_name, int connect_timeout_ms,
-                                       int io_timeout_ms);
+                                       int io_timeout_ms, bool integrity = false);
+  bool integrity() const noexcept { return seal_ != nullptr; }
 
   std::uint64_t session_id() const noexcept { return session_id_; }
 
@@ -39,6 +43,11 @@ class ControlClient {
   // `bytes`, the version commits, or the publisher's bounded wait ends.
   Result<WatermarkMsg> wait_watermark(std::uint64_t lease_id, std::uint64_t bytes);
   Status release(std::uint64_t lease_id);
+  // FETCH_DELTA: the chain's header, its compressed bytes into `bytes`.
+  // ERROR(kNotReady) from the publisher: no delta (the connection stays). A
+  // chain that does not start at `have`, ends before `at_least` or exceeds
+  // `max_bytes` is a kProtocolError (the stream is then out of step).
+  Result<DeltaMsg> fetch_delta(const FetchDeltaMsg& request, std::vector<std::uint8_t>& bytes);
   // TRANSPORT_CONNECT: exchanges a transport's connection blobs.
   Result<std::vector<std::uint8_t>> transport_connect(const std::string& transport,
                                                       const std::vector<std::uint8_t>& blob);
@@ -50,14 +59,15 @@ class ControlClient {
   void bye();
 
  private:
-  ControlClient(Socket socket, std::uint64_t session_id, int io_timeout_ms)
-      : socket_(std::move(socket)), session_id_(session_id), io_timeout_ms_(io_timeout_ms) {}
+  ControlClient(Socket socket, std::uint64_t session_id, int io_timeout_ms, std::unique_ptr<FrameSeal> seal)
+      : socket_(std::move(socket)), session_id_(session_id), io_timeout_ms_(io_timeout_ms), seal_(std::move(seal)) {}
   Result<Frame> call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,
                      int extra_wait_ms = 0);
 
   Socket socket_;
   std::uint64_t session_id_ = 0;
   int io_timeout_ms_ = 10000;
+  std::unique_ptr<FrameSeal> seal_;  // null without the integrity layer
 };
 
 }  // namespace weightsync::detail

@@ -11,6 +11,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "cuda/staging.h"
+#include "delta/delta_apply.h"
 #include "subscriber/control_client.h"
 #include "subscriber/negotiation.h"
 
@@ -81,6 +82,11 @@ class Subscriber::Impl {
   std::size_t slot_count = 0;
   bool checksums = false;
   bool streaming_offered = false;  // the publisher's tcp offer has kTcpFeatureStreaming
+  bool deltas_offered = false;     // SLOT_TABLE has kFeatureDeltas
+  // The integrity layer: the key of the version tags every pull verifies.
+  std::shared_ptr<const detail::VersionKey> version_key;
+  detail::DeltaApplyBuffers delta_buffers;  // sized on the first delta pull
+  std::vector<std::uint8_t> delta_bytes;
   SubscriberOptions options;
   int io_timeout_ms = 10000;
   std::uint64_t held_version = 0;
@@ -324,6 +330,13 @@ class Subscriber::Impl {
     return *id;
   }
 
+  // One pull by deltas from pull_options.delta_base to a version >= latest
+  // (defined below). Any failure (the publisher's refusal, a link that does
+  // not decode, a result that fails its checksum) is answered by pull() with
+  // a full pull, unless it broke the connection.
+  Result<PullResult> delta_attempt(const PullPlan::State& plan, std::uint64_t newer_than,
+                                   const PullOptions& pull_options, std::uint64_t latest);
+
   // The retry and wait loop of every pull (defined below).
   Result<PullResult> pull(PullPlan::State& plan, const PullOptions& pull_options);
   // QUERY_VERSION waiting up to `timeout` for a version newer than `newer_than`.
@@ -417,6 +430,12 @@ class Subscriber::Impl {
     std::uint64_t received = 0;
     const std::uint64_t total = pulled.bytes;
     // A partial pull checks its view's checksum; without a view there is none to check.
+    if (version_key && !lease->has_checksum) {
+      Status bad(ErrorCode::kProtocolError, "the publisher leased version " + std::to_string(lease->version) +
+                                                " without its tag under integrity");
+      note_status(bad);
+      return bad;
+    }
     const bool hashing = lease->has_checksum && options.verify_checksum && (!pulled.partial || pulled.view_id != 0);
     detail::ReadRequest request;
     request.lease_id = lease->lease_id;
@@ -576,9 +595,21 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
       detail::resolve_millis(options.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000);
   auto io_timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
   auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
-  for (const Status* s :
-       {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status()}) {
+  auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
+  for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status(),
+                          &integrity.status()}) {
     if (!s->ok()) return *s;
+  }
+  std::shared_ptr<const detail::VersionKey> version_key;
+  if (integrity->value) {
+    if (secret->value.empty()) {
+      return Status(ErrorCode::kInvalidConfig, std::string("integrity (from ") + detail::to_string(integrity->source) +
+                                                   ") needs a secret: set WEIGHTSYNC_SECRET on both sides");
+    }
+    auto key = detail::derive_version_key(secret->value);
+    if (!key.ok()) return key.status();
+    version_key = std::move(*key);
+    options.verify_checksum = true;
   }
   if (options.staging_chunks < 2 || options.staging_chunk_bytes < (64u << 10)) {
     return Status(ErrorCode::kInvalidConfig, "staging needs at least 2 chunks of at least 64 KiB (got " +
@@ -586,7 +617,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
                                                  std::to_string(options.staging_chunk_bytes) + " bytes)");
   }
   auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
-                                                connect_timeout->value, io_timeout->value);
+                                                connect_timeout->value, io_timeout->value, integrity->value);
   if (!control.ok()) return control.status();
   auto layout = control->get_layout();
   if (!layout.ok()) return layout.status();
@@ -609,6 +640,11 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;
   impl->checksums = table->checksums;
+  if (version_key && !impl->checksums) {
+    return Status(ErrorCode::kProtocolError, "the publisher agreed to integrity but serves no version tags");
+  }
+  impl->version_key = std::move(version_key);
+  impl->deltas_offered = (table->features & detail::kFeatureDeltas) != 0;
   for (const auto& offer : table->transports) {
     if (offer.name != "tcp") continue;
     auto tcp = detail::TcpOffer::decode(offer.blob);  // a malformed one: no features
@@ -656,6 +692,9 @@ std::string Subscriber::transport() const {
 bool Subscriber::publisher_checksums() const noexcept {
   return impl_->checksums;
 }
+bool Subscriber::publisher_deltas() const noexcept {
+  return impl_->deltas_offered;
+}
 std::uint64_t Subscriber::held_version() const noexcept {
   return impl_->held_version;
 }
@@ -699,10 +738,43 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
   // A wait too long for the clock never ends: the pull waits as long as the
   // connection lives, one bounded query at a time.
   const auto wait_until = detail::wait_end(start, pull_options.wait);
-  detail::StreamHasher hasher;
+  detail::StreamHasher hasher(version_key);
   std::uint32_t retries = 0;
   std::chrono::steady_clock::duration waited{0};
   const Cancellation& cancel = pull_options.cancel;
+  bool delta_fell_back = false;
+  if (pull_options.delta_base && deltas_offered && !exact && !plan.partial && plan.kind == MemoryKind::kHost &&
+      *pull_options.delta_base > 0) {
+    // Only once a newer version exists: the wait is the pull's.
+    auto latest = pull_options.wait.count() > 0
+                      ? wait_newer(newer_than, pull_options.wait, cancel)
+                      : note(control.query_version(newer_than, 0, false));
+    if (!latest.ok()) {
+      if (latest.status().code() == ErrorCode::kTimeout) {
+        return Status(ErrorCode::kNotReady, latest.status().message());
+      }
+      return latest.status();
+    }
+    waited += std::chrono::steady_clock::now() - start;
+    if (*latest <= newer_than) {
+      return Status(ErrorCode::kNotReady, "no version newer than " + std::to_string(newer_than) +
+                                              " (latest: " + std::to_string(*latest) + ")");
+    }
+    auto result = delta_attempt(plan, newer_than, pull_options, *latest);
+    if (result.ok()) {
+      result->wait_seconds = std::chrono::duration<double>(waited).count();
+      result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
+      held_version = result->version;
+      ++stats.pulls;
+      ++stats.delta_pulls;
+      stats.bytes += result->bytes;
+      stats.delta_bytes += result->wire_bytes;
+      return result;
+    }
+    if (!sticky.ok()) return sticky;  // the connection broke: no full pull on it
+    WS_DEBUG("subscriber: pulling in full: {}", result.status().to_string());
+    delta_fell_back = true;
+  }
   for (;;) {
     if (cancel.active() && cancel.requested()) return cancelled("pulling a version newer than", newer_than);
     auto result = attempt(plan, newer_than, pull_options, hasher, staged);
@@ -712,7 +784,9 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
       result->seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
       held_version = result->version;
+      result->wire_bytes = result->bytes;
       ++stats.pulls;
+      if (delta_fell_back) ++stats.delta_fallbacks;
       if (staged) ++stats.staged_pulls;
       stats.retries += retries;
       stats.bytes += result->bytes;
@@ -742,6 +816,40 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
     }
     return result.status();
   }
+}
+
+Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, std::uint64_t newer_than,
+                                                   const PullOptions& pull_options, std::uint64_t latest) {
+  detail::FetchDeltaMsg request;
+  request.have = *pull_options.delta_base;
+  request.at_least = std::max(latest, newer_than + 1);
+  request.max_bytes = plan.bytes;  // what the full pull moves
+  request.wait_ms = detail::kMaxDeltaWaitMs;
+  if (request.at_least <= request.have) {
+    return Status(ErrorCode::kNotReady, "the destination already holds version " + std::to_string(request.have));
+  }
+  auto chain = note(control.fetch_delta(request, delta_bytes));
+  if (!chain.ok()) return chain.status();
+  if (pull_options.on_start) pull_options.on_start(chain->links.back().to, false);
+  auto sum = detail::apply_delta_chain(*chain, delta_bytes, layout.total_bytes(), plan.pieces, delta_buffers,
+                                       version_key);
+  if (!sum.ok()) return sum.status();
+  const detail::DeltaLinkHeader& last = chain->links.back();
+  if (*sum != last.checksum) {
+    return Status(ErrorCode::kChecksumMismatch,
+                  "version " + std::to_string(last.to) + " rebuilt from deltas from version " +
+                      std::to_string(request.have) + " does not match its checksum (the destination did not hold " +
+                      "that version, or the bytes were changed in transit)");
+  }
+  PullResult out;
+  out.version = last.to;
+  out.bytes = plan.bytes;
+  out.delta = true;
+  out.wire_bytes = delta_bytes.size();
+  out.checksum_verified = true;
+  out.checksum = last.checksum;
+  if (pull_options.on_progress) pull_options.on_progress(out.bytes, out.bytes);
+  return out;
 }
 
 Result<PullResult> Subscriber::pull(const Destination& destination, const PullOptions& options) try {

@@ -35,6 +35,8 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kRegisterView: return "REGISTER_VIEW";
     case MsgType::kView: return "VIEW";
     case MsgType::kAcquireView: return "ACQUIRE_VIEW";
+    case MsgType::kFetchDelta: return "FETCH_DELTA";
+    case MsgType::kDelta: return "DELTA";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

@@ -52,6 +52,8 @@ enum class MsgType : std::uint16_t {
   kRegisterView = 31,
   kView = 32,
   kAcquireView = 33,
+  kFetchDelta = 34,
+  kDelta = 35,
   kBye = 30,
 };
 

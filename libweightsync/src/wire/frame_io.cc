@@ -54,14 +54,18 @@ Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_
                             Deadline deadline, const char* peer) {
   auto frame = read_frame(socket, max_payload, deadline, deadline, peer);
   if (!frame.ok()) return frame.status();
-  if (frame->type == MsgType::kError) {
-    auto err = ErrorMsg::decode(frame->payload);
+  return expect_reply(std::move(*frame), expected, peer);
+}
+
+Result<Frame> expect_reply(Frame frame, MsgType expected, const char* peer) {
+  if (frame.type == MsgType::kError) {
+    auto err = ErrorMsg::decode(frame.payload);
     if (!err.ok()) return err.status();
     return Status(err->code, std::string(peer) + " refused: " + printable(err->message, kMaxErrorMessage));
   }
-  if (frame->type != expected) {
+  if (frame.type != expected) {
     return Status(ErrorCode::kProtocolError, std::string("expected ") + to_string(expected) + " from " +
-                                                 peer + ", got " + to_string(frame->type));
+                                                 peer + ", got " + to_string(frame.type));
   }
   return frame;
 }

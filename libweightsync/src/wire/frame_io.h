@@ -33,5 +33,8 @@ Status reply_error(const Socket& socket, ErrorCode code, const std::string& mess
 // if it is not of type `expected`, a kProtocolError.
 Result<Frame> read_expected(const Socket& socket, MsgType expected, std::uint32_t max_payload,
                             Deadline deadline, const char* peer);
+// The same check on a frame already read: ERROR becomes its Status, another
+// type than `expected` a kProtocolError.
+Result<Frame> expect_reply(Frame frame, MsgType expected, const char* peer);
 
 }  // namespace weightsync::detail

@@ -38,6 +38,7 @@ std::vector<std::uint8_t> HelloMsg::encode() const {
   w.u64(session_id);
   w.bytes(client_nonce.data(), client_nonce.size());
   w.str16(client_name.substr(0, kMaxClientName));
+  if (features != 0) w.u8(features);
   return w.take();
 }
 
@@ -46,10 +47,12 @@ Result<HelloMsg> HelloMsg::decode(const std::vector<std::uint8_t>& p) {
   HelloMsg m;
   std::uint8_t role = 0;
   if (!r.u8(&role) || role < 1 || role > 3 || !r.u64(&m.session_id) ||
-      !r.bytes(m.client_nonce.data(), kNonceBytes) || !r.str16(&m.client_name, kMaxClientName) ||
-      !finish(r)) {
+      !r.bytes(m.client_nonce.data(), kNonceBytes) || !r.str16(&m.client_name, kMaxClientName)) {
     return malformed("HELLO");
   }
+  // The feature bits: present only when not zero; bit 0 (integrity) is the only one.
+  if (r.remaining() > 0 && (!r.u8(&m.features) || m.features != 1)) return malformed("HELLO (features)");
+  if (!finish(r)) return malformed("HELLO");
   m.role = static_cast<Role>(role);
   if ((m.role == Role::kControl) != (m.session_id == 0)) return malformed("HELLO (role/session)");
   return m;
@@ -142,6 +145,7 @@ std::vector<std::uint8_t> SlotTableMsg::encode() const {
     w.str16(t.name);
     w.blob32(t.blob);
   }
+  if (features != 0) w.u32(features);
   return w.take();
 }
 
@@ -159,6 +163,10 @@ Result<SlotTableMsg> SlotTableMsg::decode(const std::vector<std::uint8_t>& p) {
     if (!r.str16(&t.name, kMaxTransportName) || !r.blob32(&t.blob, kMaxTransportBlob)) {
       return malformed("SLOT_TABLE (transport)");
     }
+  }
+  if (r.remaining() > 0) {
+    // The feature mask: present only when not zero (one encoding per value).
+    if (!r.u32(&m.features) || m.features == 0) return malformed("SLOT_TABLE (features)");
   }
   if (!finish(r)) return malformed("SLOT_TABLE");
   return m;
@@ -509,6 +517,69 @@ Result<ShmOffer> ShmOffer::decode(const std::vector<std::uint8_t>& p) {
       !finish(r) || m.socket_name.empty()) {
     return malformed("shm offer");
   }
+  return m;
+}
+
+std::vector<std::uint8_t> FetchDeltaMsg::encode() const {
+  ByteWriter w;
+  w.u64(have);
+  w.u64(at_least);
+  w.u64(max_bytes);
+  w.u32(wait_ms);
+  return w.take();
+}
+
+Result<FetchDeltaMsg> FetchDeltaMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  FetchDeltaMsg m;
+  if (!r.u64(&m.have) || !r.u64(&m.at_least) || !r.u64(&m.max_bytes) || !r.u32(&m.wait_ms) || !finish(r)) {
+    return malformed("FETCH_DELTA");
+  }
+  if (m.have == 0 || m.at_least <= m.have) return malformed("FETCH_DELTA (versions)");
+  return m;
+}
+
+std::uint64_t DeltaMsg::total_bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& link : links) total += link.bytes;  // decode bounds each, so no overflow
+  return total;
+}
+
+std::vector<std::uint8_t> DeltaMsg::encode() const {
+  ByteWriter w;
+  w.u8(element_bytes);
+  w.u32(static_cast<std::uint32_t>(links.size()));
+  for (const auto& link : links) {
+    w.u64(link.from);
+    w.u64(link.to);
+    w.u64(link.checksum);
+    w.u64(link.bytes);
+  }
+  return w.take();
+}
+
+Result<DeltaMsg> DeltaMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  DeltaMsg m;
+  std::uint32_t count = 0;
+  if (!r.u8(&m.element_bytes) || !r.u32(&count)) return malformed("DELTA");
+  if (m.element_bytes != 1 && m.element_bytes != 2 && m.element_bytes != 4 && m.element_bytes != 8) {
+    return malformed("DELTA (element width)");
+  }
+  if (count == 0 || count > kMaxDeltaLinks || r.remaining() != std::size_t{count} * 32) return malformed("DELTA (links)");
+  m.links.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    DeltaLinkHeader& link = m.links[i];
+    if (!r.u64(&link.from) || !r.u64(&link.to) || !r.u64(&link.checksum) || !r.u64(&link.bytes)) {
+      return malformed("DELTA (link)");
+    }
+    // Each link under 1 TiB: a sum of kMaxDeltaLinks of them cannot overflow.
+    if (link.from == 0 || link.to <= link.from || link.bytes == 0 || link.bytes > (std::uint64_t{1} << 40) ||
+        (i > 0 && link.from != m.links[i - 1].to)) {
+      return malformed("DELTA (chain)");
+    }
+  }
+  if (!finish(r)) return malformed("DELTA");
   return m;
 }
 

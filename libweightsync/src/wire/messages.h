@@ -37,6 +37,9 @@ struct HelloMsg {
   std::uint64_t session_id = 0;  // 0 for control; the control session's id for data
   Nonce client_nonce{};
   std::string client_name;
+  // Features asked for (auth/integrity.h: kHelloIntegrity), present on the
+  // wire only when not zero; the handshake's proofs cover them.
+  std::uint8_t features = 0;
   std::vector<std::uint8_t> encode() const;
   static Result<HelloMsg> decode(const std::vector<std::uint8_t>& p);
 };
@@ -79,11 +82,17 @@ struct TransportOffer {
   std::vector<std::uint8_t> blob;  // opaque, transport-versioned connection info
 };
 
+// Publisher features beyond the original protocol, a mask at the end of
+// SLOT_TABLE, present only when not zero (so a publisher with none sends the
+// original message). Unknown bits are ignored.
+inline constexpr std::uint32_t kFeatureDeltas = 1u;  // FETCH_DELTA is served
+
 struct SlotTableMsg {
   std::uint32_t slot_count = 0;
   std::uint64_t slot_bytes = 0;
   bool checksums = false;
   std::vector<TransportOffer> transports;
+  std::uint32_t features = 0;  // kFeature* bits
   std::vector<std::uint8_t> encode() const;
   static Result<SlotTableMsg> decode(const std::vector<std::uint8_t>& p);
 };
@@ -224,6 +233,40 @@ struct AcquireViewMsg {
   std::uint32_t view_id = 0;  // 0: the whole layout
   std::vector<std::uint8_t> encode() const;
   static Result<AcquireViewMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// Delta versions (docs/protocol.md, "Deltas"). FETCH_DELTA: the subscriber
+// holds version `have` and wants a version >= `at_least` (the publisher waits
+// up to min(wait_ms, kMaxDeltaWaitMs) for its delta thread to reach it), in
+// compressed deltas summing to less than `max_bytes` (what a full pull would
+// move). Refusal: ERROR(kNotReady), the connection stays; pull in full.
+inline constexpr std::uint32_t kMaxDeltaLinks = 1024;
+inline constexpr std::uint32_t kMaxDeltaWaitMs = 2000;
+struct FetchDeltaMsg {
+  std::uint64_t have = 0;      // > 0
+  std::uint64_t at_least = 0;  // > have
+  std::uint64_t max_bytes = 0;
+  std::uint32_t wait_ms = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<FetchDeltaMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
+// DELTA: a chain of links from `have` to the newest version; link i's
+// compressed bytes (delta/delta_codec.h) follow the frame unframed, in order.
+// Decode checks the chain: 1..kMaxDeltaLinks links, from < to, each starting
+// where the previous ended, every size > 0, and element_bytes 1, 2, 4 or 8.
+struct DeltaLinkHeader {
+  std::uint64_t from = 0;
+  std::uint64_t to = 0;
+  std::uint64_t checksum = 0;  // xxHash3 of version `to`'s tensors (layout order)
+  std::uint64_t bytes = 0;     // compressed size
+};
+struct DeltaMsg {
+  std::uint8_t element_bytes = 1;
+  std::vector<DeltaLinkHeader> links;
+  std::uint64_t total_bytes() const;
+  std::vector<std::uint8_t> encode() const;
+  static Result<DeltaMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
 // The "tcp" offer blob in SLOT_TABLE. Empty (publishers before streaming,

@@ -1,0 +1,177 @@
+// The publisher's delta thread and the kept chain of deltas.
+#include "delta/delta_store.h"
+
+#include <cstring>
+
+#include "common/checksum.h"
+#include "common/log.h"
+#include "common/tsan.h"
+#include "delta/delta_codec.h"
+
+namespace weightsync::detail {
+
+Result<std::unique_ptr<DeltaStore>> DeltaStore::create(const WeightLayout& layout, const SlotRing& ring,
+                                                       std::size_t history, int level,
+                                                       std::shared_ptr<const VersionKey> key) try {
+  if (history < 1 || history > 1024) {
+    return Status(ErrorCode::kInvalidConfig, "delta_history must be 1..1024 (got " + std::to_string(history) + ")");
+  }
+  if (level < 1 || level > 19) {
+    return Status(ErrorCode::kInvalidConfig, "delta_level must be a zstd level 1..19 (got " + std::to_string(level) + ")");
+  }
+  if (ring.slot_memory_kind() != MemoryKind::kHost) {
+    return Status(ErrorCode::kInvalidConfig, "deltas need host slots: the publisher encodes them on the CPU");
+  }
+  std::unique_ptr<DeltaStore> store(new DeltaStore(layout, ring, history, level, std::move(key)));
+  store->thread_ = std::thread([s = store.get()] { s->run(); });
+  return store;
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("delta store: ") + e.what());
+}
+
+DeltaStore::DeltaStore(const WeightLayout& layout, const SlotRing& ring, std::size_t history, int level,
+                       std::shared_ptr<const VersionKey> key)
+    : layout_(layout),
+      ring_(ring),
+      history_(history),
+      level_(level),
+      element_bytes_(delta_element_bytes(layout)),
+      image_bytes_(layout.total_bytes()),
+      key_(std::move(key)),
+      previous_(layout.total_bytes()),
+      newest_(layout.total_bytes()) {}
+
+DeltaStore::~DeltaStore() {
+  stop();
+}
+
+void DeltaStore::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeltaStore::committed(std::uint32_t slot, std::uint64_t stamp) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = true;  // only the newest commit matters
+    job_slot_ = slot;
+    job_stamp_ = stamp;
+  }
+  cv_.notify_all();
+}
+
+DeltaStoreStats DeltaStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::uint64_t DeltaStore::checksum_of(const std::uint8_t* image) const {
+  StreamHasher hasher(key_);
+  for (const auto& t : layout_.tensors()) hasher.update(image + t.offset, t.bytes);
+  return hasher.digest();
+}
+
+void DeltaStore::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || job_; });
+    if (stopping_) return;
+    job_ = false;
+    const std::uint32_t slot = job_slot_;
+    const std::uint64_t stamp = job_stamp_;
+    lock.unlock();
+    try {
+      absorb(slot, stamp);
+    } catch (const std::exception& e) {
+      WS_WARN("publisher: delta of version {} not computed: {}", stamp >> 1, e.what());
+    } catch (...) {
+      WS_WARN("publisher: delta of version {} not computed", stamp >> 1);
+    }
+    lock.lock();
+  }
+}
+
+void DeltaStore::absorb(std::uint32_t slot, std::uint64_t stamp) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t version = stamp >> 1;
+  // Seqlock read: the copy counts only if the slot held `stamp` throughout.
+  if (ring_.stamp_before(slot) != stamp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.dropped;
+    return;
+  }
+  {
+    SeqlockReadScope racy_by_design;
+    std::memcpy(newest_.data(), ring_.slot_data(slot), image_bytes_);
+  }
+  if (ring_.stamp_after(slot) != stamp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.dropped;
+    return;
+  }
+  const std::uint64_t checksum = checksum_of(newest_.data());
+  std::shared_ptr<std::vector<std::uint8_t>> compressed;
+  bool smaller = false;
+  if (previous_version_ != 0) {
+    Status s = encode_delta(previous_.data(), newest_.data(), image_bytes_, element_bytes_, level_, scratch_,
+                            encoded_);
+    if (!s.ok()) {
+      WS_WARN("publisher: delta {} -> {}: {}", previous_version_, version, s.to_string());
+    } else if (encoded_.size() < layout_.payload_bytes()) {
+      smaller = true;
+      compressed = std::make_shared<std::vector<std::uint8_t>>(encoded_);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::uint64_t from = previous_version_;
+  std::swap(previous_, newest_);
+  previous_version_ = version;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (from == 0) return;
+    ++stats_.computed;
+    stats_.last_seconds = seconds;
+    stats_.last_bytes = encoded_.size();
+    if (!smaller) {
+      // No chain can reach the newest version through this step.
+      ++stats_.not_smaller;
+      links_.clear();
+    } else {
+      links_.push_back(DeltaLink{from, version, checksum, std::move(compressed)});
+      while (links_.size() > history_) links_.pop_front();
+    }
+  }
+  cv_.notify_all();
+  WS_DEBUG("publisher: delta {} -> {}: {} bytes in {:.1f} ms", from, version, encoded_.size(), seconds * 1e3);
+}
+
+Result<std::vector<DeltaLink>> DeltaStore::chain(std::uint64_t have, std::uint64_t at_least,
+                                                 std::uint64_t max_bytes, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto reaches = [&] { return stopping_ || (!links_.empty() && links_.back().to >= at_least); };
+  cv_.wait_for(lock, wait, reaches);
+  if (links_.empty() || links_.back().to < at_least) {
+    return Status(ErrorCode::kNotReady, "no delta reaches version " + std::to_string(at_least) + " yet");
+  }
+  std::size_t first = 0;
+  while (first < links_.size() && links_[first].from != have) ++first;
+  if (first == links_.size()) {
+    return Status(ErrorCode::kNotReady, "no delta starts at version " + std::to_string(have) +
+                                            " (too old, or never published here)");
+  }
+  std::vector<DeltaLink> out(links_.begin() + static_cast<std::ptrdiff_t>(first), links_.end());
+  std::uint64_t bytes = 0;
+  for (const auto& link : out) bytes += link.compressed->size();
+  if (bytes >= max_bytes) {
+    return Status(ErrorCode::kNotReady, "the deltas from version " + std::to_string(have) + " (" +
+                                            std::to_string(bytes) + " bytes) are not smaller than the version");
+  }
+  ++stats_.served;
+  return out;
+}
+
+}  // namespace weightsync::detail

@@ -1,0 +1,107 @@
+// DeltaStore: the publisher's delta versions (docs/slow_links.md, "Delta
+// versions"). After each commit its own thread copies the committed slot
+// (seqlock read: a slot overwritten during the copy is dropped, a newer
+// commit follows), encodes it against the previous version it copied, and
+// keeps the newest `history` deltas. Each delta is computed once, never on
+// the publishing thread; subscribers holding an older version get the chain
+// of deltas from it to the newest.
+//
+// Contract
+// - committed() is called by the publishing thread after every commit; it
+//   only records the newest commit and wakes the thread (never blocks on it).
+// - chain() may be called from any thread (the publisher's workers); it waits
+//   at most `wait` for a delta reaching `at_least`.
+// - Memory: three slot-sized host buffers (previous, newest, scratch) plus
+//   the kept deltas, at most `history` of them and, together, at most
+//   history x the image (a delta larger than the image is not kept).
+// - Host slots only (the thread reads slot bytes with the CPU).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/checksum.h"
+#include "ring/slot_ring.h"
+#include "weightsync/layout.h"
+#include "weightsync/status.h"
+
+namespace weightsync::detail {
+
+struct DeltaLink {
+  std::uint64_t from = 0;
+  std::uint64_t to = 0;
+  std::uint64_t checksum = 0;  // version `to`'s checksum or keyed tag (common/checksum.h)
+  std::shared_ptr<const std::vector<std::uint8_t>> compressed;
+};
+
+struct DeltaStoreStats {
+  std::uint64_t computed = 0;      // deltas encoded
+  std::uint64_t dropped = 0;       // copies discarded: the slot was overwritten during the copy
+  std::uint64_t not_smaller = 0;   // deltas not kept: no smaller than the image
+  std::uint64_t served = 0;        // chains handed out
+  std::uint64_t last_bytes = 0;    // size of the newest delta
+  double last_seconds = 0.0;       // copy + encode time of the newest delta
+};
+
+class DeltaStore {
+ public:
+  // key: the integrity layer's version key (links then carry keyed tags).
+  static Result<std::unique_ptr<DeltaStore>> create(const WeightLayout& layout, const SlotRing& ring,
+                                                    std::size_t history, int level,
+                                                    std::shared_ptr<const VersionKey> key = nullptr);
+  ~DeltaStore();
+  DeltaStore(const DeltaStore&) = delete;
+  DeltaStore& operator=(const DeltaStore&) = delete;
+
+  // Publishing thread: `slot` now holds `stamp` (version << 1), committed.
+  void committed(std::uint32_t slot, std::uint64_t stamp);
+
+  // The deltas from `have` to the newest kept version, once that reaches
+  // `at_least` (waiting up to `wait`), their compressed bytes summing to at
+  // most `max_bytes`. kNotReady (the subscriber pulls in full) when no chain
+  // starts at `have`, it never reaches `at_least` in time, or it is too big.
+  Result<std::vector<DeltaLink>> chain(std::uint64_t have, std::uint64_t at_least, std::uint64_t max_bytes,
+                                       std::chrono::milliseconds wait);
+
+  std::size_t element_bytes() const noexcept { return element_bytes_; }
+  DeltaStoreStats stats() const;
+  void stop();
+
+ private:
+  DeltaStore(const WeightLayout& layout, const SlotRing& ring, std::size_t history, int level,
+             std::shared_ptr<const VersionKey> key);
+  void run();
+  // Copies and encodes one committed version (thread only).
+  void absorb(std::uint32_t slot, std::uint64_t stamp);
+  std::uint64_t checksum_of(const std::uint8_t* image) const;
+
+  const WeightLayout& layout_;
+  const SlotRing& ring_;
+  const std::size_t history_;
+  const int level_;
+  const std::size_t element_bytes_;
+  const std::size_t image_bytes_;
+  const std::shared_ptr<const VersionKey> key_;
+
+  // Thread-only state.
+  std::vector<std::uint8_t> previous_, newest_, scratch_, encoded_;
+  std::uint64_t previous_version_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool job_ = false;
+  std::uint32_t job_slot_ = 0;
+  std::uint64_t job_stamp_ = 0;
+  std::deque<DeltaLink> links_;  // oldest first; links_[i].to == links_[i + 1].from
+  DeltaStoreStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace weightsync::detail
