@@ -265,7 +265,12 @@ FlipCounts flip_trials(bool integrity, int trials, std::uint32_t seed) {
 // for the figure in docs/slow_links.md (several processes, other seeds).
 int flip_trial_count() {
   const char* env = std::getenv("WEIGHTSYNC_TEST_FLIPS");
-  return env != nullptr ? std::atoi(env) : 300;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const int fallback = 100;  // sanitizer builds run several times slower
+#else
+  const int fallback = 300;
+#endif
+  return env != nullptr ? std::atoi(env) : fallback;
 }
 
 std::uint32_t flip_seed() {
