@@ -91,6 +91,9 @@ py::dict stats_dict(const weightsync::SubscriberStats& s) {
   d["staged_pulls"] = s.staged_pulls;
   d["streamed_pulls"] = s.streamed_pulls;
   d["views"] = s.views;
+  d["delta_pulls"] = s.delta_pulls;
+  d["delta_fallbacks"] = s.delta_fallbacks;
+  d["delta_bytes"] = s.delta_bytes;
   return d;
 }
 
@@ -118,6 +121,9 @@ void bind_subscriber(py::module_& m) {
       .def_readonly("checksum", &weightsync::PullResult::checksum, "The trainer's xxHash3-64; 0 unless verified.")
       .def_readonly("staged", &weightsync::PullResult::staged)
       .def_readonly("partial", &weightsync::PullResult::partial)
+      .def_readonly("delta", &weightsync::PullResult::delta, "Delivered by a chain of deltas (pull(delta_base=...)).")
+      .def_readonly("wire_bytes", &weightsync::PullResult::wire_bytes,
+                    "Bytes received for it: bytes, or the compressed deltas.")
       .def("__repr__", [](const weightsync::PullResult& r) {
         return "PullResult(version=" + std::to_string(r.version) + ", bytes=" + std::to_string(r.bytes) +
                ", seconds=" + std::to_string(r.seconds) + ", retries=" + std::to_string(r.retries) +
@@ -132,8 +138,9 @@ void bind_subscriber(py::module_& m) {
       .def(py::init([](const std::vector<std::string>& addresses, std::optional<std::string> secret,
                        std::optional<std::string> transport, std::optional<int> connect_timeout_ms,
                        std::optional<int> io_timeout_ms, bool verify_checksum, int max_retries,
-                       const std::string& client_name, bool accept_streaming) {
+                       const std::string& client_name, bool accept_streaming, std::optional<bool> integrity) {
              weightsync::SubscriberOptions o;
+             o.integrity = integrity;
              o.secret = std::move(secret);
              o.transport = std::move(transport);
              o.connect_timeout_ms = connect_timeout_ms;
@@ -155,7 +162,7 @@ void bind_subscriber(py::module_& m) {
            py::arg("addresses"), py::arg("secret") = py::none(), py::arg("transport") = py::none(),
            py::arg("connect_timeout_ms") = py::none(), py::arg("io_timeout_ms") = py::none(),
            py::arg("verify_checksum") = true, py::arg("max_retries") = 16, py::arg("client_name") = "python",
-           py::arg("accept_streaming") = false)
+           py::arg("accept_streaming") = false, py::arg("integrity") = py::none())
       .def_property_readonly("layout", [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.layout(); }); })
       .def_property_readonly("transport",
                              [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.transport(); }); })
@@ -164,6 +171,8 @@ void bind_subscriber(py::module_& m) {
       .def_property_readonly("publisher_checksums", [](SubscriberCore& c) {
         return locked(c, [](auto& s) { return s.publisher_checksums(); });
       })
+      .def_property_readonly("publisher_deltas",
+                             [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.publisher_deltas(); }); })
       .def_property_readonly("held_version",
                              [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.held_version(); }); })
       .def_property_readonly("closed", [](SubscriberCore& c) {
@@ -216,11 +225,12 @@ void bind_subscriber(py::module_& m) {
       .def(
           "pull",
           [](SubscriberCore& c, const PlanCore& plan, double wait_s, std::optional<std::uint64_t> newer_than,
-             std::optional<std::uint64_t> version) -> py::object {
+             std::optional<std::uint64_t> version, std::optional<std::uint64_t> delta_base) -> py::object {
             weightsync::PullOptions options;
             options.wait = to_ms(wait_s);
             options.newer_than = newer_than;
             options.version = version;
+            options.delta_base = delta_base;
             CallCancel cancel(c);
             options.cancel = cancel.cancel;
             auto r = locked(c, [&](auto& s) { return s.pull(plan.plan, options); });
@@ -230,7 +240,7 @@ void bind_subscriber(py::module_& m) {
             raise_status(r.status());
           },
           py::arg("plan"), py::arg("wait_s") = 0.0, py::arg("newer_than") = py::none(),
-          py::arg("version") = py::none())
+          py::arg("version") = py::none(), py::arg("delta_base") = py::none())
       .def("cancel", [](SubscriberCore& c) { c.token.cancel(); },
            "Makes the pull or wait in progress (or, if none is, the next one) raise Cancelled. Any thread.")
       .def("_reset_cancel", [](SubscriberCore& c) { c.token.reset(); })

@@ -72,6 +72,10 @@ class Publisher:
     must be a loopback address. Other options (``checksum``, timeouts in
     milliseconds, ``skip_when_full``) are those of the C++ PublisherOptions;
     None takes the WEIGHTSYNC_* environment variable or the default.
+    For slow or untrusted links (docs/slow_links.md): ``deltas`` computes a
+    delta per version in the background for subscribers that hold an older
+    one; ``integrity`` keys the version checksums with the secret and seals
+    the control frames (every subscriber must ask for it too).
 
     Thread-safety: every method may be called from any thread; publishes are
     serialised. The GIL is released while a publish copies.
@@ -82,7 +86,8 @@ class Publisher:
                  skip_when_full: bool = False, io_timeout_ms: Optional[int] = None,
                  lease_timeout_ms: Optional[int] = None, idle_timeout_ms: Optional[int] = None,
                  max_connections: int = 256, slot_allocator: Optional[str] = None,
-                 lock_memory: bool = False, slot_memory: str = "host"):
+                 lock_memory: bool = False, slot_memory: str = "host",
+                 deltas: Optional[bool] = None, integrity: Optional[bool] = None):
         if not isinstance(layout, Layout):
             layout = Layout.from_state_dict(layout)
         self._layout = layout
@@ -91,7 +96,7 @@ class Publisher:
             skip_when_full=skip_when_full, io_timeout_ms=io_timeout_ms,
             lease_timeout_ms=lease_timeout_ms, idle_timeout_ms=idle_timeout_ms,
             max_connections=max_connections, slot_allocator=slot_allocator,
-            lock_memory=lock_memory, slot_memory=slot_memory)
+            lock_memory=lock_memory, slot_memory=slot_memory, deltas=deltas, integrity=integrity)
 
     @property
     def layout(self) -> Layout:

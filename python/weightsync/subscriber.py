@@ -70,12 +70,13 @@ class Subscriber:
     def __init__(self, address: Union[str, Sequence[str]], *, secret: Optional[str] = None,
                  transport: Optional[str] = None, connect_timeout_ms: Optional[int] = None,
                  io_timeout_ms: Optional[int] = None, verify_checksum: bool = True,
-                 max_retries: int = 16, name: str = "python", accept_streaming: bool = False):
+                 max_retries: int = 16, name: str = "python", accept_streaming: bool = False,
+                 integrity: Optional[bool] = None):
         addresses = [address] if isinstance(address, str) else list(address)
         self._core = _weightsync._Subscriber(
             addresses, secret=secret, transport=transport, connect_timeout_ms=connect_timeout_ms,
             io_timeout_ms=io_timeout_ms, verify_checksum=verify_checksum, max_retries=max_retries,
-            client_name=name, accept_streaming=accept_streaming)
+            client_name=name, accept_streaming=accept_streaming, integrity=integrity)
         self._layout = Layout._from_core(self._core.layout)
         self._last_binding: Optional[Binding] = None
 
@@ -97,6 +98,11 @@ class Subscriber:
     @property
     def publisher_checksums(self) -> bool:
         return self._core.publisher_checksums
+
+    @property
+    def publisher_deltas(self) -> bool:
+        """Whether the publisher serves delta versions (pull(delta_base=...))."""
+        return self._core.publisher_deltas
 
     @property
     def closed(self) -> bool:
@@ -134,21 +140,24 @@ class Subscriber:
         return binding
 
     def pull(self, into: Any = None, *, wait: float = 0.0, newer_than: Optional[int] = None,
-             version: Optional[int] = None) -> Optional[PullResult]:
+             version: Optional[int] = None, delta_base: Optional[int] = None) -> Optional[PullResult]:
         """Pulls the newest version newer than ``newer_than`` (default: held_version) into ``into``.
 
         ``into``: a Binding (fast: no checks), anything :meth:`bind` takes
         (bound now), or None for the last binding. ``wait``: seconds to wait
         for such a version (0: do not wait; ``math.inf``: until one comes).
         ``version``: exactly this one (NotReady if it does not come within
-        ``wait``, VersionRevoked if it is gone).
+        ``wait``, VersionRevoked if it is gone). ``delta_base``: the version
+        ``into`` holds now, byte for byte (host memory, every tensor): a
+        publisher with deltas then sends only the difference, applied in place
+        and checked (result.delta); anything else is a full pull.
 
         Returns the PullResult, or None when there is nothing newer (within
         ``wait``). On an error the destination's bytes are undefined (a
         retried pull repairs them); the result is never a mix of versions.
         """
         binding = self._binding_for(into)
-        return self._core.pull(binding._plan, float(wait), newer_than, version)
+        return self._core.pull(binding._plan, float(wait), newer_than, version, delta_base)
 
     def wait_for_version(self, newer_than: Optional[int] = None, timeout: float = 0.0) -> Optional[int]:
         """Waits up to ``timeout`` seconds for a version newer than ``newer_than``
@@ -165,10 +174,11 @@ class Subscriber:
         self._core.cancel()
 
     async def pull_async(self, into: Any = None, *, wait: float = 0.0, newer_than: Optional[int] = None,
-                         version: Optional[int] = None) -> Optional[PullResult]:
+                         version: Optional[int] = None, delta_base: Optional[int] = None) -> Optional[PullResult]:
         """pull() on a worker thread; cancelling the task cancels the pull."""
         binding = self._binding_for(into)
-        return await self._run_cancellable(self._core.pull, binding._plan, float(wait), newer_than, version)
+        return await self._run_cancellable(self._core.pull, binding._plan, float(wait), newer_than, version,
+                                           delta_base)
 
     async def wait_for_version_async(self, newer_than: Optional[int] = None,
                                      timeout: float = 0.0) -> Optional[int]:
