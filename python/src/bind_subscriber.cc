@@ -138,9 +138,11 @@ void bind_subscriber(py::module_& m) {
       .def(py::init([](const std::vector<std::string>& addresses, std::optional<std::string> secret,
                        std::optional<std::string> transport, std::optional<int> connect_timeout_ms,
                        std::optional<int> io_timeout_ms, bool verify_checksum, int max_retries,
-                       const std::string& client_name, bool accept_streaming, std::optional<bool> integrity) {
+                       const std::string& client_name, bool accept_streaming, std::optional<bool> integrity,
+                       std::optional<bool> encryption) {
              weightsync::SubscriberOptions o;
              o.integrity = integrity;
+             o.encryption = encryption;
              o.secret = std::move(secret);
              o.transport = std::move(transport);
              o.connect_timeout_ms = connect_timeout_ms;
@@ -162,7 +164,8 @@ void bind_subscriber(py::module_& m) {
            py::arg("addresses"), py::arg("secret") = py::none(), py::arg("transport") = py::none(),
            py::arg("connect_timeout_ms") = py::none(), py::arg("io_timeout_ms") = py::none(),
            py::arg("verify_checksum") = true, py::arg("max_retries") = 16, py::arg("client_name") = "python",
-           py::arg("accept_streaming") = false, py::arg("integrity") = py::none())
+           py::arg("accept_streaming") = false, py::arg("integrity") = py::none(),
+           py::arg("encryption") = py::none())
       .def_property_readonly("layout", [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.layout(); }); })
       .def_property_readonly("transport",
                              [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.transport(); }); })

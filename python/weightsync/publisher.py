@@ -75,7 +75,9 @@ class Publisher:
     For slow or untrusted links (docs/slow_links.md): ``deltas`` computes a
     delta per version in the background for subscribers that hold an older
     one; ``integrity`` keys the version checksums with the secret and seals
-    the control frames (every subscriber must ask for it too).
+    the control frames (every subscriber must ask for it too); ``encryption``
+    adds AES-GCM encryption of every TCP connection (implies integrity; UCX
+    and verbs are then not offered).
 
     Thread-safety: every method may be called from any thread; publishes are
     serialised. The GIL is released while a publish copies.
@@ -87,7 +89,8 @@ class Publisher:
                  lease_timeout_ms: Optional[int] = None, idle_timeout_ms: Optional[int] = None,
                  max_connections: int = 256, slot_allocator: Optional[str] = None,
                  lock_memory: bool = False, slot_memory: str = "host",
-                 deltas: Optional[bool] = None, integrity: Optional[bool] = None):
+                 deltas: Optional[bool] = None, integrity: Optional[bool] = None,
+                 encryption: Optional[bool] = None):
         if not isinstance(layout, Layout):
             layout = Layout.from_state_dict(layout)
         self._layout = layout
@@ -96,7 +99,8 @@ class Publisher:
             skip_when_full=skip_when_full, io_timeout_ms=io_timeout_ms,
             lease_timeout_ms=lease_timeout_ms, idle_timeout_ms=idle_timeout_ms,
             max_connections=max_connections, slot_allocator=slot_allocator,
-            lock_memory=lock_memory, slot_memory=slot_memory, deltas=deltas, integrity=integrity)
+            lock_memory=lock_memory, slot_memory=slot_memory, deltas=deltas, integrity=integrity,
+            encryption=encryption)
 
     @property
     def layout(self) -> Layout:

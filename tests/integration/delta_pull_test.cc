@@ -61,9 +61,11 @@ class Versions {
   std::mt19937 rng_;
 };
 
-std::unique_ptr<Publisher> delta_publisher(const WeightLayout& layout, bool deltas, std::size_t history = 8) {
+std::unique_ptr<Publisher> delta_publisher(const WeightLayout& layout, bool deltas, std::size_t history = 8,
+                                           bool encryption = false) {
   PublisherOptions o;
   o.secret = kSecret;
+  o.encryption = encryption;
   o.deltas = deltas;
   o.delta_history = history;
   o.slots = 3;
@@ -303,19 +305,26 @@ TEST_CASE("hostile peers: FETCH_DELTA for an uncommitted version or an unknown b
   CHECK(bytes.size() == real->total_bytes());
 }
 
-TEST_CASE("deltas: a relay with deltas serves its leaves deltas, bit-exact", "[delta][relay]") {
+TEST_CASE("deltas: a relay with deltas serves its leaves deltas, bit-exact, with and without encryption",
+          "[delta][relay][encryption]") {
+  const bool encryption = GENERATE(false, true);
+  INFO("encryption " << encryption);
   const auto layout = delta_layout();
-  auto trainer = delta_publisher(layout, false);  // the trainer computes none: the relay does
+  // The trainer computes none: the relay does.
+  auto trainer = delta_publisher(layout, false, 8, encryption);
   RelayOptions options;
   options.upstreams = {trainer->address()};
   options.subscriber = quick_options(5000, "tcp");
   options.subscriber.secret = kSecret;
+  options.subscriber.encryption = encryption;
   options.publisher.secret = kSecret;
   options.publisher.deltas = true;
+  options.publisher.encryption = encryption;
   auto relay = Relay::create(options);
   REQUIRE(relay.ok());
   auto leaf_options = quick_options(5000, "tcp");
   leaf_options.secret = kSecret;
+  leaf_options.encryption = encryption;
   Versions versions(layout);
   publish(*trainer, 1, versions);
   auto leaf = Subscriber::connect((*relay)->address(), leaf_options);

@@ -35,20 +35,24 @@ WeightLayout small_layout() {
   return std::move(*layout);
 }
 
-std::unique_ptr<Publisher> publisher_with(const WeightLayout& layout, bool integrity, bool checksum = false) {
+std::unique_ptr<Publisher> publisher_with(const WeightLayout& layout, bool integrity, bool checksum = false,
+                                          bool encryption = false) {
   PublisherOptions o;
   o.secret = kSecret;
   o.integrity = integrity;
+  o.encryption = encryption;
   o.checksum = checksum;
   auto p = Publisher::create(layout, o);
   REQUIRE(p.ok());
   return std::move(*p);
 }
 
-SubscriberOptions subscriber_options(bool integrity, const std::string& transport = "tcp") {
+SubscriberOptions subscriber_options(bool integrity, const std::string& transport = "tcp",
+                                     bool encryption = false) {
   auto o = quick_options(3000, transport);
   o.secret = kSecret;
   o.integrity = integrity;
+  o.encryption = encryption;
   return o;
 }
 
@@ -208,7 +212,7 @@ TEST_CASE("integrity: sealed frames refuse a change, a replay, a reorder and the
     REQUIRE(decoded.ok());
     CHECK(decoded->features == kHelloIntegrity);
     auto bytes = hello.encode();
-    bytes.back() = 2;  // an unknown feature
+    bytes.back() = 4;  // an unknown feature
     CHECK(HelloMsg::decode(bytes).status().code() == ErrorCode::kProtocolError);
   }
 }
@@ -225,9 +229,9 @@ struct FlipCounts {
 
 // One bit flipped at a random offset of the control (1) or data (2)
 // connection's publisher-to-subscriber stream, per trial.
-FlipCounts flip_trials(bool integrity, int trials, std::uint32_t seed) {
+FlipCounts flip_trials(bool integrity, int trials, std::uint32_t seed, bool encryption = false) {
   const auto layout = small_layout();
-  auto publisher = publisher_with(layout, integrity, /*checksum=*/true);
+  auto publisher = publisher_with(layout, integrity, /*checksum=*/true, encryption);
   publish_pattern(*publisher, 1);
   std::vector<std::uint8_t> image(layout.total_bytes());
   std::mt19937 rng(seed);
@@ -236,7 +240,7 @@ FlipCounts flip_trials(bool integrity, int trials, std::uint32_t seed) {
     const int connection = 1 + static_cast<int>(rng() % 2);
     const std::uint64_t span = connection == 1 ? 700 : layout.total_bytes() + 300;
     FaultyProxy proxy(publisher->port(), connection, rng() % span, static_cast<std::uint8_t>(1u << (rng() % 8)));
-    auto options = subscriber_options(integrity);
+    auto options = subscriber_options(integrity, "tcp", encryption);
     options.max_retries = 2;
     // A flip in a length field leaves a side waiting for bytes that never
     // come: short timeouts keep such a trial short.
@@ -301,4 +305,22 @@ TEST_CASE("integrity: a proxy flipping one bit of the publisher's stream is alwa
   std::printf("integrity off: %d flips: %d failed, %d retried, %d unnoticed, %d wrong\n", without.flips,
               without.errors, without.retried, without.unnoticed, without.wrong);
   CHECK(without.unnoticed + without.wrong > 0);
+}
+
+TEST_CASE("encryption: a proxy flipping one bit of the publisher's encrypted stream is always caught",
+          "[encryption][proxy]") {
+  const int trials = flip_trial_count();
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::kError);
+  struct Restore {
+    LogLevel level;
+    ~Restore() { set_log_level(level); }
+  } restore{level};
+  // The stream is longer by the records' headers and tags: the offsets span it.
+  const FlipCounts with = flip_trials(true, trials, flip_seed() + 1, /*encryption=*/true);
+  std::printf("encryption on: %d flips: %d failed, %d retried, %d unnoticed, %d wrong\n", with.flips, with.errors,
+              with.retried, with.unnoticed, with.wrong);
+  CHECK(with.flips > trials / 3);
+  CHECK(with.wrong == 0);
+  CHECK(with.unnoticed == 0);
 }

@@ -1,7 +1,7 @@
 """Slow and untrusted links from Python (docs/slow_links.md): a publisher
 with deltas serves a module bound in place by deltas, bit-exact; the
 integrity layer's keyed tags, and its refusal of a subscriber that does not
-ask for it."""
+ask for it; encryption, full and delta pulls over tcp and shm, and its refusals."""
 
 import pytest
 
@@ -77,3 +77,24 @@ def test_integrity_tags_and_refusals(torch, ws):
             ws.Subscriber(pub.address, secret="s", transport="tcp")
     with pytest.raises(ValueError, match="secret"):  # InvalidConfig is a ValueError
         ws.Publisher(layout, integrity=True)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_encryption_round_trip_and_refusals(torch, ws, transport):
+    trainer, engine = make_model(torch, 7), make_model(torch, 8)
+    layout = ws.Layout.from_state_dict(trainer.state_dict())
+    with ws.Publisher(layout, secret="s", encryption=True, deltas=True) as pub:
+        pub.publish(trainer.state_dict(), 1)
+        with ws.Subscriber(pub.address, secret="s", encryption=True, transport=transport) as sub:
+            assert sub.transport == transport and sub.publisher_checksums
+            binding = sub.bind(engine)
+            pulled = sub.pull(binding, wait=5)
+            assert pulled.checksum_verified and same(torch, trainer, engine)
+            nudge(torch, trainer, 2)
+            pub.publish(trainer.state_dict(), 2)
+            pulled = sub.pull(binding, wait=5, delta_base=1)
+            assert pulled.version == 2 and pulled.delta and same(torch, trainer, engine)
+        with pytest.raises(ws.ConfigurationError, match="WEIGHTSYNC_ENCRYPTION"):
+            ws.Subscriber(pub.address, secret="s", transport="tcp")
+    with pytest.raises(ValueError, match="secret"):
+        ws.Publisher(layout, encryption=True)

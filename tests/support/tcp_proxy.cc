@@ -67,6 +67,11 @@ void FaultyProxy::accept_loop() {
   }
 }
 
+std::vector<std::uint8_t> FaultyProxy::seen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seen_;
+}
+
 void FaultyProxy::pump(int from, int to, bool corrupt) {
   std::vector<char> buffer(1 << 16);
   std::uint64_t position = 0;
@@ -79,6 +84,10 @@ void FaultyProxy::pump(int from, int to, bool corrupt) {
       flips_.fetch_add(1);
     }
     position += static_cast<std::uint64_t>(n);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.insert(seen_.end(), buffer.data(), buffer.data() + n);
+    }
     for (ssize_t sent = 0; sent < n;) {
       ssize_t m = ::send(to, buffer.data() + sent, static_cast<std::size_t>(n - sent), MSG_NOSIGNAL);
       if (m <= 0) {

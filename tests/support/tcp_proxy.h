@@ -23,6 +23,9 @@ class FaultyProxy {
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   int flips() const { return flips_.load(); }
+  // Every byte that crossed the proxy so far, both directions of every
+  // connection, in arrival order (what an on-path observer sees).
+  std::vector<std::uint8_t> seen() const;
 
  private:
   void accept_loop();
@@ -37,7 +40,8 @@ class FaultyProxy {
   std::atomic<bool> stopping_{false};
   std::atomic<int> flips_{0};
   std::thread acceptor_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::vector<std::uint8_t> seen_;
   std::vector<std::thread> pumps_;
   std::vector<int> fds_;
 };

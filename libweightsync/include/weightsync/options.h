@@ -130,6 +130,16 @@ struct PublisherOptions {
   // over each version at commit (docs/slow_links.md has the rate). nullopt:
   // WEIGHTSYNC_INTEGRITY, else false.
   std::optional<bool> integrity;
+  // Encryption for links outside a private fabric (docs/security.md,
+  // "Encryption"): implies integrity, and every TCP connection (control and
+  // data) carries every byte after its handshake in AES-128-GCM records under
+  // keys derived from the secret and that connection's handshake. UCX and
+  // verbs are not offered (one-sided reads cannot be encrypted); same-host
+  // shared memory still is. Every subscriber must ask for it too
+  // (SubscriberOptions::encryption). Costs one AES-GCM pass per byte sent
+  // (docs/slow_links.md has the rate). nullopt: WEIGHTSYNC_ENCRYPTION, else
+  // false.
+  std::optional<bool> encryption;
 };
 
 struct SubscriberOptions {
@@ -169,6 +179,11 @@ struct SubscriberOptions {
   // control frames. A publisher without it refuses this subscriber. nullopt:
   // WEIGHTSYNC_INTEGRITY, else false.
   std::optional<bool> integrity;
+  // Encryption (PublisherOptions::encryption): ask for it; implies integrity.
+  // Only tcp (encrypted) and same-host transports are then used. A publisher
+  // without it refuses this subscriber, and one with it refuses subscribers
+  // that do not ask. nullopt: WEIGHTSYNC_ENCRYPTION, else false.
+  std::optional<bool> encryption;
 };
 
 }  // namespace weightsync

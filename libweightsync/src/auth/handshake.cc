@@ -57,7 +57,7 @@ Result<std::uint64_t> client_handshake(const Socket& socket, const std::string& 
                   "(set WEIGHTSYNC_SECRET or SubscriberOptions::secret)");
   }
   if (features != 0 && !challenge->auth_required) {
-    return Status(ErrorCode::kInvalidConfig, "integrity needs a publisher with a secret; this one has none");
+    return Status(ErrorCode::kInvalidConfig, "integrity and encryption need a publisher with a secret; this one has none");
   }
   if (!challenge->auth_required && !secret.empty()) {
     return Status(ErrorCode::kAuthFailed,

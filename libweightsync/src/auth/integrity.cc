@@ -59,6 +59,50 @@ Result<SessionKeys> derive_session_keys(const std::string& secret, std::uint64_t
   return keys;
 }
 
+std::uint8_t hello_features(Role role, bool integrity, bool encryption) {
+  if (role == Role::kControl) {
+    return static_cast<std::uint8_t>((integrity || encryption ? kHelloIntegrity : 0) |
+                                     (encryption ? kHelloEncryption : 0));
+  }
+  return role == Role::kData && encryption ? kHelloEncryption : std::uint8_t{0};
+}
+
+Result<RecordKeys> derive_record_keys(const std::string& secret, std::uint64_t session_id,
+                                      const Nonce& client_nonce, const Nonce& server_nonce) {
+  if (secret.empty()) return Status(ErrorCode::kInvalidConfig, "encryption needs a secret (WEIGHTSYNC_SECRET)");
+  RecordKeys keys;
+  for (int direction = 0; direction < 2; ++direction) {
+    RecordKey& key = direction == 0 ? keys.to_publisher : keys.to_subscriber;
+    for (int part = 0; part < 2; ++part) {
+      ByteWriter w;
+      w.str16(part == 0 ? "weightsync/1 record key" : "weightsync/1 record iv");
+      w.str16(direction == 0 ? "to publisher" : "to subscriber");
+      w.u64(session_id);
+      w.bytes(client_nonce.data(), client_nonce.size());
+      w.bytes(server_nonce.data(), server_nonce.size());
+      auto mac = hmac_sha256(secret, w.take());
+      if (!mac.ok()) return mac.status();
+      if (part == 0) {
+        std::copy_n(mac->begin(), key.key.size(), key.key.begin());
+      } else {
+        std::copy_n(mac->begin(), key.iv.size(), key.iv.begin());
+      }
+    }
+  }
+  return keys;
+}
+
+Status enable_encryption(Socket& socket, const std::string& secret, std::uint64_t session_id,
+                         const Nonce& client_nonce, const Nonce& server_nonce, bool publisher_side) {
+  auto keys = derive_record_keys(secret, session_id, client_nonce, server_nonce);
+  if (!keys.ok()) return keys.status();
+  auto records = publisher_side ? RecordLayer::create(keys->to_subscriber, keys->to_publisher)
+                                : RecordLayer::create(keys->to_publisher, keys->to_subscriber);
+  if (!records.ok()) return records.status();
+  socket.enable_records(std::move(*records));
+  return Status();
+}
+
 Status FrameSeal::seal(MsgType type, std::vector<std::uint8_t>& payload) {
   auto tag = tag_of(send_key_, sent_, type, payload.data(), payload.size());
   if (!tag.ok()) return tag.status();

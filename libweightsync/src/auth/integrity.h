@@ -9,6 +9,10 @@
 //   its payload, under a key derived from the secret and this handshake's
 //   nonces, so frames cannot be changed, dropped, replayed or reordered.
 //
+// - encryption (optional, implies the above): every byte of every TCP
+//   connection after WELCOME in AES-128-GCM records (net/record_layer.h),
+//   under keys derived from the secret and that connection's handshake.
+//
 // Contract: the derivations are pure; a FrameSeal is used by one thread at a
 // time (the connection's owner); errors are kInternal (OpenSSL failed: fail
 // closed) or, from open(), kProtocolError.
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "net/record_layer.h"
 #include "net/socket.h"
 #include "weightsync/status.h"
 #include "wire/frame.h"
@@ -32,6 +37,12 @@ inline constexpr std::size_t kFrameTagBytes = 16;
 
 // HELLO feature bits (HelloMsg::features).
 inline constexpr std::uint8_t kHelloIntegrity = 1;
+// Encryption (net/record_layer.h): a control connection asks for it with
+// kHelloIntegrity (encryption implies integrity), a tcp data connection alone.
+inline constexpr std::uint8_t kHelloEncryption = 2;
+
+// The HELLO features a connection of `role` carries under these settings.
+std::uint8_t hello_features(Role role, bool integrity, bool encryption);
 
 // The key of every version tag, from the shared secret alone (so relays and
 // every subscriber with the secret compute the same tags).
@@ -44,6 +55,19 @@ struct SessionKeys {
 // The control connection's frame keys, from the secret and this handshake.
 Result<SessionKeys> derive_session_keys(const std::string& secret, std::uint64_t session_id,
                                         const Nonce& client_nonce, const Nonce& server_nonce);
+
+struct RecordKeys {
+  RecordKey to_publisher;
+  RecordKey to_subscriber;
+};
+// One connection's record keys (encryption), from the secret and its own
+// handshake: every connection, control or data, has its own.
+Result<RecordKeys> derive_record_keys(const std::string& secret, std::uint64_t session_id,
+                                      const Nonce& client_nonce, const Nonce& server_nonce);
+// Turns encryption on for `socket` right after its handshake; `publisher_side`
+// picks the direction of each key.
+Status enable_encryption(Socket& socket, const std::string& secret, std::uint64_t session_id,
+                         const Nonce& client_nonce, const Nonce& server_nonce, bool publisher_side);
 
 class FrameSeal {
  public:

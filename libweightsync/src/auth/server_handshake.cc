@@ -3,9 +3,34 @@
 
 #include "auth/crypto.h"
 #include "auth/handshake.h"
+#include "auth/integrity.h"
 #include "common/printable.h"
 
 namespace weightsync::detail {
+
+Status HandshakeResponder::check_features() const {
+  const std::uint8_t wanted = hello_features(hello_.role, integrity_, encryption_);
+  const std::uint8_t asked = hello_.features;
+  if (asked == wanted) return Status();
+  if (hello_.role == Role::kShm || (asked & ~hello_features(hello_.role, true, true)) != 0) {
+    return Status(ErrorCode::kProtocolError, std::string("a ") + to_string(hello_.role) +
+                                                 " connection asked for features it cannot have");
+  }
+  const bool asks_encryption = (asked & kHelloEncryption) != 0;
+  if (asks_encryption != encryption_) {
+    return Status(ErrorCode::kInvalidConfig,
+                  encryption_ ? "this publisher encrypts every connection: set WEIGHTSYNC_ENCRYPTION=1 (or "
+                                "SubscriberOptions::encryption) on the subscriber"
+                              : "this publisher does not encrypt: set WEIGHTSYNC_ENCRYPTION=1 (or "
+                                "PublisherOptions::encryption) on the publisher too, or turn it off on the "
+                                "subscriber");
+  }
+  return Status(ErrorCode::kInvalidConfig,
+                integrity_ ? "this publisher requires integrity on untrusted links: set WEIGHTSYNC_INTEGRITY=1 "
+                             "(or SubscriberOptions::integrity) on the subscriber"
+                           : "this publisher does not run with integrity: set WEIGHTSYNC_INTEGRITY=1 (or "
+                             "PublisherOptions::integrity) on the publisher too");
+}
 
 Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(const Frame& frame) {
   if (hello_received_ || frame.type != MsgType::kHello) {
@@ -16,19 +41,9 @@ Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(const Frame& fram
   if (!hello.ok()) return hello.status();
   hello_ = std::move(*hello);
   hello_received_ = true;
-  // Only control sessions carry the integrity layer (a data connection's
-  // bytes are covered by the version tags).
-  const bool asks = hello_.features != 0;
-  if (asks && hello_.role != Role::kControl) {
-    return Status(ErrorCode::kProtocolError, "only a control connection may ask for integrity");
-  }
-  if (hello_.role == Role::kControl && asks != integrity_) {
-    return Status(ErrorCode::kInvalidConfig,
-                  integrity_ ? "this publisher requires integrity on untrusted links: set WEIGHTSYNC_INTEGRITY=1 "
-                               "(or SubscriberOptions::integrity) on the subscriber"
-                             : "this publisher does not run with integrity: set WEIGHTSYNC_INTEGRITY=1 (or "
-                               "PublisherOptions::integrity) on the publisher too");
-  }
+  // Control connections carry the integrity layer; encryption covers every
+  // TCP connection; the local (same-host) socket carries neither.
+  if (Status agreed = check_features(); !agreed.ok()) return agreed;
   challenge_.auth_required = !secret_.empty();
   Status s = random_bytes(challenge_.server_nonce.data(), challenge_.server_nonce.size());
   if (!s.ok()) return s;

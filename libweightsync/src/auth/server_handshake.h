@@ -24,8 +24,10 @@ class HandshakeResponder {
  public:
   // integrity: the publisher runs with the integrity layer; its control
   // sessions must ask for it in HELLO, and no session may ask without it.
-  HandshakeResponder(std::string secret, bool integrity = false)
-      : secret_(std::move(secret)), integrity_(integrity) {}
+  // encryption (implies integrity): every control and tcp data connection
+  // must ask for it, and none may without it.
+  HandshakeResponder(std::string secret, bool integrity = false, bool encryption = false)
+      : secret_(std::move(secret)), integrity_(integrity || encryption), encryption_(encryption) {}
 
   Result<std::vector<std::uint8_t>> on_hello(const Frame& frame);
   Status on_auth(const Frame& frame);
@@ -41,8 +43,12 @@ class HandshakeResponder {
   const Nonce& server_nonce() const noexcept { return challenge_.server_nonce; }
 
  private:
+  // The HELLO's features against this publisher's settings.
+  Status check_features() const;
+
   std::string secret_;
   bool integrity_ = false;
+  bool encryption_ = false;
   HelloMsg hello_;
   ChallengeMsg challenge_;
   bool hello_received_ = false;

@@ -14,6 +14,9 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <vector>
+
+#include "net/record_layer.h"
 
 namespace weightsync::detail {
 namespace {
@@ -71,13 +74,31 @@ void advance(iovec*& iov, std::size_t& count, std::size_t n) {
 
 }  // namespace
 
+Socket::Socket() noexcept = default;
+Socket::Socket(int fd) noexcept : fd_(fd) {}
+Socket::Socket(Socket&& other) noexcept : fd_(other.fd_), records_(std::move(other.records_)) {
+  other.fd_ = -1;
+}
+Socket::~Socket() {
+  close();
+}
+
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     close();
     fd_ = other.fd_;
     other.fd_ = -1;
+    records_ = std::move(other.records_);
   }
   return *this;
+}
+
+void Socket::enable_records(std::unique_ptr<RecordLayer> records) noexcept {
+  records_ = std::move(records);
+}
+
+bool Socket::has_pending_input() const noexcept {
+  return records_ != nullptr && records_->has_pending();
 }
 
 void Socket::shutdown_both() noexcept {
@@ -87,6 +108,7 @@ void Socket::shutdown_both() noexcept {
 void Socket::close() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  records_.reset();
 }
 
 std::string HostPort::to_string() const {
@@ -271,6 +293,7 @@ void set_liveness_options(const Socket& socket, int user_timeout_ms) {
 }
 
 Status wait_readable(const Socket& socket, Deadline deadline, const char* peer) {
+  if (socket.has_pending_input()) return Status();
   return poll_for(socket.fd(), POLLIN, deadline, peer, "waiting for");
 }
 
@@ -280,8 +303,11 @@ Status send_all(const Socket& socket, const void* data, std::size_t bytes, Deadl
   return send_iov(socket, &one, 1, deadline, peer);
 }
 
-Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
-                int stall_ms) {
+namespace {
+
+// Sends iov[0..count) as they are (no records).
+Status send_raw_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
+                    int stall_ms) {
   advance(iov, count, 0);
   while (count > 0) {
     msghdr msg{};
@@ -307,8 +333,53 @@ Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline de
   return Status();
 }
 
+// Up to 64 records (1 MiB of plaintext) are sealed, then sent, at a time.
+constexpr std::size_t kSealBatch = 64 * kMaxRecordPlaintext;
+
+Status send_records(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
+                    int stall_ms) {
+  RecordLayer& records = *socket.records();
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) total += iov[i].iov_len;
+  std::vector<std::uint8_t> sealed;
+  sealed.reserve(std::min(total, kSealBatch) + 64 * (kRecordHeaderBytes + 1 + kRecordTagBytes) + 64);
+  advance(iov, count, 0);
+  while (total > 0) {
+    const std::size_t batch = std::min(total, kSealBatch);
+    sealed.clear();
+    Status s = records.seal(iov, count, batch, sealed);
+    if (!s.ok()) return s;
+    advance(iov, count, batch);
+    total -= batch;
+    iovec out{sealed.data(), sealed.size()};
+    s = send_raw_iov(socket, &out, 1, deadline, peer, stall_ms);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
+                int stall_ms) {
+  if (socket.encrypted()) return send_records(socket, iov, count, deadline, peer, stall_ms);
+  return send_raw_iov(socket, iov, count, deadline, peer, stall_ms);
+}
+
 Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline deadline, const char* peer) {
   auto* p = static_cast<char*>(data);
+  if (RecordLayer* records = socket.records()) {
+    while (bytes > 0) {
+      auto n = records->read_some(socket.fd(), p, bytes, peer);
+      if (!n.ok()) return n.status();
+      p += *n;
+      bytes -= *n;
+      if (*n > 0 || bytes == 0) continue;
+      Status s = poll_for(socket.fd(), POLLIN, deadline, peer, "receiving from");
+      if (!s.ok()) return s;
+    }
+    return Status();
+  }
   while (bytes > 0) {
     ssize_t n = ::recv(socket.fd(), p, bytes, MSG_DONTWAIT);
     if (n > 0) {
@@ -330,6 +401,21 @@ Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline de
 Status recv_iov(const Socket& socket, iovec* iov, std::size_t count, int stall_ms, const char* peer,
                 const std::function<void(const void*, std::size_t)>& on_bytes) {
   advance(iov, count, 0);
+  if (RecordLayer* records = socket.records()) {
+    while (count > 0) {
+      auto n = records->read_some(socket.fd(), iov->iov_base, iov->iov_len, peer);
+      if (!n.ok()) return n.status();
+      if (*n > 0) {
+        if (on_bytes) on_bytes(iov->iov_base, *n);
+        advance(iov, count, *n);
+        continue;
+      }
+      Status s = poll_for(socket.fd(), POLLIN, Deadline::after(std::chrono::milliseconds(stall_ms)), peer,
+                          "receiving data from");
+      if (!s.ok()) return s;
+    }
+    return Status();
+  }
   while (count > 0) {
     msghdr msg{};
     msg.msg_iov = iov;

@@ -6,6 +6,10 @@
 // closed or reset the connection, or cannot be reached; messages name `peer`.
 // A Socket is owned by one thread at a time, except shutdown_both(), which any
 // thread may call to wake a thread blocked on it.
+//
+// Encryption: after enable_records() every function below sends and receives
+// through the socket's RecordLayer (net/record_layer.h), so protocol code is
+// the same with and without it.
 #pragma once
 
 #include <sys/uio.h>
@@ -13,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/deadline.h"
@@ -20,23 +25,35 @@
 
 namespace weightsync::detail {
 
+class RecordLayer;
+
 class Socket {
  public:
-  Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Socket() noexcept;
+  explicit Socket(int fd) noexcept;
+  Socket(Socket&& other) noexcept;
   Socket& operator=(Socket&& other) noexcept;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
-  ~Socket() { close(); }
+  ~Socket();
 
   int fd() const noexcept { return fd_; }
   bool valid() const noexcept { return fd_ >= 0; }
   void shutdown_both() noexcept;
   void close() noexcept;
 
+  // From now on, every byte sent and received is encrypted (both sides switch
+  // at the same point of the protocol: right after WELCOME).
+  void enable_records(std::unique_ptr<RecordLayer> records) noexcept;
+  RecordLayer* records() const noexcept { return records_.get(); }
+  bool encrypted() const noexcept { return records_ != nullptr; }
+  // Received plaintext waits in the record layer: the socket is readable
+  // although poll/epoll on fd() may not say so.
+  bool has_pending_input() const noexcept;
+
  private:
   int fd_ = -1;
+  std::unique_ptr<RecordLayer> records_;
 };
 
 struct HostPort {

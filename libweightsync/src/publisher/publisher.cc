@@ -195,11 +195,21 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto lease_timeout = detail::resolve_millis(options.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000);
   auto deltas = detail::resolve_bool(options.deltas, "WEIGHTSYNC_DELTAS", false);
   auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
+  auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
   for (const Status* s :
        {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status(),
         &handshake_timeout.status(), &idle_timeout.status(), &lease_timeout.status(), &deltas.status(),
-        &integrity.status()}) {
+        &integrity.status(), &encryption.status()}) {
     if (!s->ok()) return *s;
+  }
+  if (encryption->value && secret->value.empty()) {
+    return Status(ErrorCode::kInvalidConfig,
+                  std::string("encryption (from ") + detail::to_string(encryption->source) +
+                      ") needs a secret: set WEIGHTSYNC_SECRET (or PublisherOptions::secret)");
+  }
+  if (encryption->value && !integrity->value) {
+    integrity->value = true;  // encryption implies the integrity layer
+    integrity->source = encryption->source;
   }
   if (allocator->value != "auto" && allocator->value != "memfd" && allocator->value != "ucx") {
     return Status(ErrorCode::kInvalidConfig, "slot allocator '" + allocator->value + "' (from " +
@@ -256,6 +266,9 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   if (cuda_slots) {
     WS_INFO(
         "publisher: UCX and verbs transports not offered: the slots are CUDA memory (cuda_ipc serves them)");
+  } else if (encryption->value) {
+    WS_INFO("publisher: UCX and verbs transports not offered: encryption is on and one-sided reads cannot be "
+            "encrypted (tcp and same-host shm serve)");
   } else if (auto created = detail::create_ucx_publisher(detail::is_loopback_host(bind->value));
              created.ok()) {
     ucx = std::move(*created);
@@ -298,8 +311,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
 
   // Offers, best first. verbs and UCX: slots registered once, now.
   std::vector<detail::TransportOffer> offers;
-  if (cuda_slots) {
-    // cuda_ipc only (below).
+  if (cuda_slots || encryption->value) {
+    // cuda_ipc only (below); or encryption: no one-sided reads.
   } else if (auto verbs = detail::start_verbs_publisher(*impl->ring); verbs.ok()) {
     impl->verbs = std::move(*verbs);
     offers.push_back(detail::TransportOffer{"verbs", impl->verbs->offer()});
@@ -350,6 +363,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   detail::ServerConfig config;
   config.secret = secret->value;
   config.integrity = integrity->value;
+  config.encryption = encryption->value;
   config.io_timeout_ms = timeout->value;
   config.max_connections = options.max_connections;
   config.max_handshakes = options.max_handshakes;
@@ -408,12 +422,13 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   }
   WS_INFO(
       "publisher: {}:{} (bind from {}), {} slots x {} bytes (allocator {}, asked {} from {}), checksums {} "
-      "(from {}), deltas {} (from {}), integrity {} (from {}), io timeout {} ms (from {}), auth {} (from {})",
+      "(from {}), deltas {} (from {}), integrity {} (from {}), encryption {} (from {}), io timeout {} ms (from {}), "
+      "auth {} (from {})",
       impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
       impl->ring->allocator_name(), allocator->value, detail::to_string(allocator->source),
       impl->checksums ? "on" : "off", detail::to_string(checksum->source), impl->deltas ? "on" : "off",
       detail::to_string(deltas->source), impl->version_key ? "on" : "off", detail::to_string(integrity->source),
-      timeout->value,
+      encryption->value ? "on" : "off", detail::to_string(encryption->source), timeout->value,
       detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
       detail::to_string(secret->source));
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));

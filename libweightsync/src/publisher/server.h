@@ -46,6 +46,7 @@ namespace weightsync::detail {
 struct ServerConfig {
   std::string secret;
   bool integrity = false;  // control sessions must ask for the integrity layer (auth/integrity.h)
+  bool encryption = false;  // every TCP connection must ask for encryption (net/record_layer.h)
   int io_timeout_ms = 10000;
   std::size_t max_connections = 256;
   std::size_t max_handshakes = 64;
@@ -106,6 +107,8 @@ class PublisherServer {
   void dispatch_parked_answer(Connection* conn);
   void finish_completions();
   void resolve_parked();
+  // Connections whose record layer holds unread plaintext (encryption).
+  void serve_pending_input();
   // How long epoll may wait: kSweepMillis, or less when a parked request's
   // deadline comes sooner (a 10 ms QUERY_VERSION is answered in ~10 ms).
   int wait_millis() const;
@@ -139,6 +142,7 @@ class PublisherServer {
   std::size_t authenticated_ = 0;
   std::uint64_t next_id_ = 16;
   std::uint64_t parked_count_ = 0;
+  std::vector<std::uint64_t> pending_input_;  // loop thread only
   std::uint64_t latest_seen_ = 0;
   Clock::time_point next_sweep_{};
   Clock::time_point accept_paused_until_{};

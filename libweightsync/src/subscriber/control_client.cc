@@ -13,15 +13,23 @@ constexpr const char* kPeer = "publisher";
 
 Result<ControlClient> ControlClient::connect(const HostPort& publisher, const std::string& secret,
                                              const std::string& client_name, int connect_timeout_ms,
-                                             int io_timeout_ms, bool integrity) {
+                                             int io_timeout_ms, bool integrity, bool encryption) {
+  integrity = integrity || encryption;
   if (integrity && secret.empty()) {
-    return Status(ErrorCode::kInvalidConfig, "integrity needs a secret: set WEIGHTSYNC_SECRET on both sides");
+    return Status(ErrorCode::kInvalidConfig,
+                  std::string(encryption ? "encryption" : "integrity") +
+                      " needs a secret: set WEIGHTSYNC_SECRET on both sides");
   }
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(connect_timeout_ms));
   auto connected = connect_and_authenticate([&](Deadline d) { return connect_tcp(publisher, d); }, secret,
                                             Role::kControl, 0, client_name, deadline,
-                                            integrity ? kHelloIntegrity : std::uint8_t{0});
+                                            hello_features(Role::kControl, integrity, encryption));
   if (!connected.ok()) return connected.status();
+  if (encryption) {
+    Status s = enable_encryption(connected->socket, secret, connected->session_id, connected->outcome.client_nonce,
+                                 connected->outcome.server_nonce, /*publisher_side=*/false);
+    if (!s.ok()) return s;
+  }
   std::unique_ptr<FrameSeal> seal;
   if (integrity) {
     auto keys = derive_session_keys(secret, connected->session_id, connected->outcome.client_nonce,
@@ -173,6 +181,7 @@ bool ControlClient::peer_alive() const {
 }
 
 bool ControlClient::quiet() const {
+  if (socket_.has_pending_input()) return false;
   pollfd p{socket_.fd(), POLLIN | POLLRDHUP, 0};
   return ::poll(&p, 1, 0) == 0;
 }

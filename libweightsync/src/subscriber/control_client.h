@@ -17,11 +17,13 @@ class ControlClient {
  public:
   // Connects and authenticates within connect_timeout_ms.
   // integrity: ask for the integrity layer (auth/integrity.h); every frame
-  // after the handshake is then sealed both ways.
+  // after the handshake is then sealed both ways. encryption (implies
+  // integrity): every byte after WELCOME travels in AES-GCM records.
   static Result<ControlClient> connect(const HostPort& publisher, const std::string& secret,
                                        const std::string& client_name, int connect_timeout_ms,
-                                       int io_timeout_ms, bool integrity = false);
+                                       int io_timeout_ms, bool integrity = false, bool encryption = false);
   bool integrity() const noexcept { return seal_ != nullptr; }
+  bool encrypted() const noexcept { return socket_.encrypted(); }
 
   std::uint64_t session_id() const noexcept { return session_id_; }
 

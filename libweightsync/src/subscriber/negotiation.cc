@@ -33,8 +33,8 @@ Result<std::unique_ptr<DataChannel>> open(const std::string& name, const Transpo
                                    in.connect_timeout_ms, in.slot_count, in.slot_bytes};
     return name == "cuda_ipc" ? open_cuda_ipc_data_channel(local) : open_shm_data_channel(local);
   }
-  return open_tcp_data_channel(
-      TcpChannelConfig{in.publisher, in.secret, in.session_id, in.client_name, in.connect_timeout_ms});
+  return open_tcp_data_channel(TcpChannelConfig{in.publisher, in.secret, in.session_id, in.client_name,
+                                                in.connect_timeout_ms, in.encryption});
 }
 
 }  // namespace
@@ -58,7 +58,11 @@ Result<std::unique_ptr<DataChannel>> negotiate_transport(const NegotiationInput&
     auto offer = std::find_if(in.offers.begin(), in.offers.end(),
                               [&](const TransportOffer& o) { return o.name == t.name; });
     Status why;
-    if (offer == in.offers.end()) {
+    if (in.encryption && (t.name == "ucx" || t.name == "verbs")) {
+      why = Status(ErrorCode::kInvalidConfig,
+                   "not used with encryption: its one-sided reads cannot be encrypted (use tcp, or shm on the "
+                   "same host)");
+    } else if (offer == in.offers.end()) {
       why = Status(ErrorCode::kInvalidConfig, "not offered by the publisher");
     } else if (!t.viable) {
       why = Status(ErrorCode::kInvalidConfig, "not viable here: " + t.reason);

@@ -28,6 +28,10 @@ struct NegotiationInput {
   std::uint64_t slot_bytes = 0;
   // TRANSPORT_CONNECT over the control connection (verbs queue pairs).
   TransportExchange exchange;
+  // Encryption: tcp connections are encrypted; same-host transports (shm,
+  // cuda_ipc) need no link; one-sided reads (ucx, verbs) cannot be, so they
+  // are not used.
+  bool encryption = false;
 };
 
 // kInvalidConfig for an unknown name, or when no allowed transport works.

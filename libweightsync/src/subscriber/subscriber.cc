@@ -596,15 +596,21 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   auto io_timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
   auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
   auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
+  auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
   for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status(),
-                          &integrity.status()}) {
+                          &integrity.status(), &encryption.status()}) {
     if (!s->ok()) return *s;
+  }
+  if (encryption->value && !integrity->value) {
+    integrity->value = true;  // encryption implies the integrity layer
+    integrity->source = encryption->source;
   }
   std::shared_ptr<const detail::VersionKey> version_key;
   if (integrity->value) {
     if (secret->value.empty()) {
-      return Status(ErrorCode::kInvalidConfig, std::string("integrity (from ") + detail::to_string(integrity->source) +
-                                                   ") needs a secret: set WEIGHTSYNC_SECRET on both sides");
+      return Status(ErrorCode::kInvalidConfig,
+                    std::string(encryption->value ? "encryption" : "integrity") + " (from " +
+                        detail::to_string(integrity->source) + ") needs a secret: set WEIGHTSYNC_SECRET on both sides");
     }
     auto key = detail::derive_version_key(secret->value);
     if (!key.ok()) return key.status();
@@ -617,7 +623,8 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
                                                  std::to_string(options.staging_chunk_bytes) + " bytes)");
   }
   auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
-                                                connect_timeout->value, io_timeout->value, integrity->value);
+                                                connect_timeout->value, io_timeout->value, integrity->value,
+                                                encryption->value);
   if (!control.ok()) return control.status();
   auto layout = control->get_layout();
   if (!layout.ok()) return layout.status();
@@ -635,7 +642,8 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
       connect_timeout->value, table->slot_count, table->slot_bytes,
       [control = &impl->control](const std::string& name, const std::vector<std::uint8_t>& blob) {
         return control->transport_connect(name, blob);
-      }});
+      },
+      encryption->value});
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;
@@ -652,9 +660,9 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   }
   impl->io_timeout_ms = io_timeout->value;
   impl->options = std::move(options);
-  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {})", address,
-          impl->channel->name(), detail::to_string(transport->source), impl->slot_count,
-          impl->layout.total_bytes(), impl->checksums ? "on" : "off");
+  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {}; encryption {})",
+          address, impl->channel->name(), detail::to_string(transport->source), impl->slot_count,
+          impl->layout.total_bytes(), impl->checksums ? "on" : "off", encryption->value ? "on" : "off");
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());

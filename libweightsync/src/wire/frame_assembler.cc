@@ -7,12 +7,15 @@
 #include <cstring>
 #include <string>
 
+#include "net/record_layer.h"
+
 namespace weightsync::detail {
 namespace {
 
 // One recv without blocking: bytes read, 0 when it would block; EOF and
 // errors are Statuses.
 Result<std::size_t> recv_ready(const Socket& socket, void* data, std::size_t bytes, const char* peer) {
+  if (RecordLayer* records = socket.records()) return records->read_some(socket.fd(), data, bytes, peer);
   for (;;) {
     ssize_t n = ::recv(socket.fd(), data, bytes, MSG_DONTWAIT);
     if (n > 0) return static_cast<std::size_t>(n);

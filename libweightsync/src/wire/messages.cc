@@ -50,8 +50,10 @@ Result<HelloMsg> HelloMsg::decode(const std::vector<std::uint8_t>& p) {
       !r.bytes(m.client_nonce.data(), kNonceBytes) || !r.str16(&m.client_name, kMaxClientName)) {
     return malformed("HELLO");
   }
-  // The feature bits: present only when not zero; bit 0 (integrity) is the only one.
-  if (r.remaining() > 0 && (!r.u8(&m.features) || m.features != 1)) return malformed("HELLO (features)");
+  // The feature bits: present only when not zero; bit 0 integrity, bit 1 encryption.
+  if (r.remaining() > 0 && (!r.u8(&m.features) || m.features == 0 || m.features > 3)) {
+    return malformed("HELLO (features)");
+  }
   if (!finish(r)) return malformed("HELLO");
   m.role = static_cast<Role>(role);
   if ((m.role == Role::kControl) != (m.session_id == 0)) return malformed("HELLO (role/session)");

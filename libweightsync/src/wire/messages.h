@@ -37,7 +37,7 @@ struct HelloMsg {
   std::uint64_t session_id = 0;  // 0 for control; the control session's id for data
   Nonce client_nonce{};
   std::string client_name;
-  // Features asked for (auth/integrity.h: kHelloIntegrity), present on the
+  // Features asked for (auth/integrity.h: kHelloIntegrity, kHelloEncryption), present on the
   // wire only when not zero; the handshake's proofs cover them.
   std::uint8_t features = 0;
   std::vector<std::uint8_t> encode() const;

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 
 #include "auth/client_connect.h"
+#include "auth/integrity.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {
@@ -76,8 +77,15 @@ Result<std::unique_ptr<DataChannel>> open_tcp_data_channel(const TcpChannelConfi
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(config.connect_timeout_ms));
   auto connected =
       connect_and_authenticate([&](Deadline d) { return connect_tcp(config.publisher, d); }, config.secret,
-                               Role::kData, config.session_id, config.client_name, deadline);
+                               Role::kData, config.session_id, config.client_name, deadline,
+                               hello_features(Role::kData, false, config.encryption));
   if (!connected.ok()) return connected.status();
+  if (config.encryption) {
+    Status s = enable_encryption(connected->socket, config.secret, connected->session_id,
+                                 connected->outcome.client_nonce, connected->outcome.server_nonce,
+                                 /*publisher_side=*/false);
+    if (!s.ok()) return s;
+  }
   return std::unique_ptr<DataChannel>(new TcpDataChannel(std::move(connected->socket)));
 }
 

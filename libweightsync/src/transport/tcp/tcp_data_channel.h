@@ -16,6 +16,7 @@ struct TcpChannelConfig {
   std::uint64_t session_id = 0;
   std::string client_name;
   int connect_timeout_ms = 5000;
+  bool encryption = false;  // every byte in AES-GCM records (net/record_layer.h)
 };
 
 Result<std::unique_ptr<DataChannel>> open_tcp_data_channel(const TcpChannelConfig& config);
