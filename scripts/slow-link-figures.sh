@@ -4,9 +4,12 @@
 # host 0 and generator in host 1, N syncs of the recorded RL versions, the four paths interleaved per
 # version (fp32 full pull, bf16 full pull, bf16 delta pull, checkpoint file). Then one combined table.
 #
-# Usage: scripts/slow-link-figures.sh [--rates "100mbit 1gbit"] [--count N] [--out DIR]
-#          [--versions DIR | --synthetic] [--burst BYTES] [--timeout S] [--exe PATH]
+# Usage: scripts/slow-link-figures.sh [--rates "100mbit 1gbit"] [--modes "plain encrypted"] [--count N]
+#          [--out DIR] [--versions DIR | --synthetic] [--burst BYTES] [--timeout S] [--exe PATH]
 #   --rates     tc rates, one bed each, in this order; "none" is an uncapped bed (default "100mbit 1gbit")
+#   --modes     per rate, one bed per mode: "plain", and "encrypted" (WEIGHTSYNC_ENCRYPTION=1 on both
+#               sides: every weightsync connection encrypted; the checkpoint file is copied as is)
+#               (default "plain")
 #   --count     syncs per rate (versions 2..N+1; version 1 is the warm-up) (default 20)
 #   --out       results folder: RATE/results.json, RATE/*.log, summary.md (default $BUILD/slow-link)
 #   --versions  packed float32 versions v0001.bin.. (default /tmp/i18/versions)
@@ -19,6 +22,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 rates="100mbit 1gbit"
+modes="plain"
 count=20
 out="$build/slow-link"
 versions=/tmp/i18/versions
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --rates) [ $# -ge 2 ] || die "--rates needs a value"; rates="$2"; shift 2 ;;
+    --modes) [ $# -ge 2 ] || die "--modes needs a value"; modes="$2"; shift 2 ;;
     --count) [ $# -ge 2 ] || die "--count needs a value"; count="$2"; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a value"; out="$2"; shift 2 ;;
     --versions) [ $# -ge 2 ] || die "--versions needs a value"; versions="$2"; shift 2 ;;
@@ -63,15 +68,28 @@ export WEIGHTSYNC_SECRET
 bed_limit=$((300 + count * 30))
 
 results=()
+for mode in $modes; do
+  case "$mode" in
+    plain|encrypted) ;;
+    *) die "--modes: '$mode' is not plain or encrypted" ;;
+  esac
+done
 for rate in $rates; do
+for mode in $modes; do
   label="$rate"
   bed_args=()
+  if [ "$mode" = encrypted ]; then
+    export WEIGHTSYNC_ENCRYPTION=1
+  else
+    export WEIGHTSYNC_ENCRYPTION=0
+  fi
   if [ "$rate" = none ]; then
     label=uncapped
   else
     bed_args=(--rate "$rate")
     [ -z "$burst" ] || bed_args+=(--burst "$burst")
   fi
+  [ "$mode" = plain ] || label="$label-$mode"
   dir="$out/$label"
   rm -rf "$dir" && mkdir -p "$dir"
   echo "== $label: $count syncs, trainer in host 0, generator in host 1 (log: $dir/*.log)"
@@ -100,6 +118,7 @@ for rate in $rates; do
   ' || rc=$?
   [ "$rc" -eq 0 ] || die "$label: the run failed (exit $rc; logs in $dir)"
   results+=("$dir/results.json")
+done
 done
 
 echo

@@ -97,9 +97,10 @@ int generator_body(const GeneratorConfig& config) {
     throw std::runtime_error("the bf16 publisher's layout is not one bf16 tensor of " +
                              std::to_string(elements));
   }
-  std::fprintf(stderr, "generator: transports %s/%s/%s; fp32 %zu B, bf16 %zu B per version\n",
+  const bool encrypted = fp32->encrypted() && bf16_full->encrypted() && bf16_delta->encrypted();
+  std::fprintf(stderr, "generator: transports %s/%s/%s%s; fp32 %zu B, bf16 %zu B per version\n",
                fp32->transport().c_str(), bf16_full->transport().c_str(), bf16_delta->transport().c_str(),
-               fp32_payload, bf16_payload);
+               encrypted ? " (encrypted)" : "", fp32_payload, bf16_payload);
 
   std::vector<std::uint8_t> fp32_params(fp32_total), bf16_params(bf16_total), delta_params(bf16_total);
   std::vector<float> ckpt_params(elements);
@@ -204,6 +205,7 @@ int generator_body(const GeneratorConfig& config) {
   nlohmann::json out;
   out["tool"] = "weightsync-slowlink";
   out["label"] = config.label;
+  out["encrypted"] = encrypted;
   out["syncs"] = count;
   out["elements"] = elements;
   out["fp32_bytes"] = fp32_payload;

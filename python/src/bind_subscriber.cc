@@ -174,6 +174,8 @@ void bind_subscriber(py::module_& m) {
       .def_property_readonly("publisher_checksums", [](SubscriberCore& c) {
         return locked(c, [](auto& s) { return s.publisher_checksums(); });
       })
+      .def_property_readonly("encrypted",
+                             [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.encrypted(); }); })
       .def_property_readonly("publisher_deltas",
                              [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.publisher_deltas(); }); })
       .def_property_readonly("held_version",

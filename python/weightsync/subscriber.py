@@ -102,6 +102,11 @@ class Subscriber:
         return self._core.publisher_checksums
 
     @property
+    def encrypted(self) -> bool:
+        """Whether this session is encrypted (encryption=True)."""
+        return self._core.encrypted
+
+    @property
     def publisher_deltas(self) -> bool:
         """Whether the publisher serves delta versions (pull(delta_base=...))."""
         return self._core.publisher_deltas

@@ -88,6 +88,7 @@ TEST_CASE("encryption: full pulls over encrypted tcp are bit-exact and tagged, a
   auto sub = Subscriber::connect(publisher->address(), options_for(true, transport));
   REQUIRE(sub.ok());
   CHECK((*sub)->publisher_checksums());  // encryption implies the integrity layer's tags
+  CHECK((*sub)->encrypted());
   if (transport != "auto") CHECK((*sub)->transport() == transport);
   std::vector<std::uint8_t> got(layout.total_bytes());
   for (std::uint32_t version = 1; version <= 3; ++version) {
@@ -133,6 +134,7 @@ TEST_CASE("encryption: an on-path observer sees neither the weights nor the layo
     FaultyProxy observer(publisher->port(), 0, 0);  // forwards, records, changes nothing
     auto sub = Subscriber::connect(observer.address(), options_for(encryption));
     REQUIRE(sub.ok());
+    CHECK((*sub)->encrypted() == encryption);
     std::vector<std::uint8_t> got(layout.total_bytes());
     auto pulled = (*sub)->pull(Destination::contiguous(got.data(), got.size()));
     REQUIRE(pulled.ok());

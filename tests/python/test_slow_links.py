@@ -86,7 +86,7 @@ def test_encryption_round_trip_and_refusals(torch, ws, transport):
     with ws.Publisher(layout, secret="s", encryption=True, deltas=True) as pub:
         pub.publish(trainer.state_dict(), 1)
         with ws.Subscriber(pub.address, secret="s", encryption=True, transport=transport) as sub:
-            assert sub.transport == transport and sub.publisher_checksums
+            assert sub.transport == transport and sub.publisher_checksums and sub.encrypted
             binding = sub.bind(engine)
             pulled = sub.pull(binding, wait=5)
             assert pulled.checksum_verified and same(torch, trainer, engine)

@@ -258,3 +258,64 @@ TEST_CASE("records: two frames in one record: the event loop's assembler sees th
   CHECK(in.take_frame().type == MsgType::kGetSlotTable);
   CHECK_FALSE(p.b.has_pending_input());
 }
+
+namespace {
+
+// One record built here from the layout's definition with OpenSSL directly:
+// `plain`, the inner content type, then `padding` zero bytes (TLS 1.3 allows
+// a sender to pad; weightsync's never does, but must accept it).
+std::vector<std::uint8_t> hand_made_record(const std::vector<std::uint8_t>& plain, std::uint8_t type,
+                                           std::size_t padding, std::uint64_t sequence) {
+  const RecordKey k = key_of(1);
+  std::vector<std::uint8_t> inner = plain;
+  inner.push_back(type);
+  inner.insert(inner.end(), padding, 0);
+  const std::size_t body = inner.size() + 16;
+  std::vector<std::uint8_t> rec = {0x17, 0x03, 0x03, static_cast<std::uint8_t>(body >> 8),
+                                   static_cast<std::uint8_t>(body)};
+  std::uint8_t nonce[12];
+  std::memcpy(nonce, k.iv.data(), 12);
+  for (int i = 0; i < 8; ++i) nonce[11 - i] ^= static_cast<std::uint8_t>(sequence >> (8 * i));
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int len = 0;
+  std::vector<std::uint8_t> cipher(inner.size() + 16);
+  REQUIRE(EVP_EncryptInit_ex(ctx, EVP_aes_128_gcm(), nullptr, k.key.data(), nonce) == 1);
+  REQUIRE(EVP_EncryptUpdate(ctx, nullptr, &len, rec.data(), 5) == 1);
+  REQUIRE(EVP_EncryptUpdate(ctx, cipher.data(), &len, inner.data(), static_cast<int>(inner.size())) == 1);
+  REQUIRE(EVP_EncryptFinal_ex(ctx, cipher.data() + len, &len) == 1);
+  REQUIRE(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, cipher.data() + inner.size()) == 1);
+  EVP_CIPHER_CTX_free(ctx);
+  rec.insert(rec.end(), cipher.begin(), cipher.end());
+  return rec;
+}
+
+}  // namespace
+
+TEST_CASE("records: records made by an independent encoder are read, padded or not, into small and large buffers",
+          "[records]") {
+  const auto a = random_bytes_of(3000, 21), b = random_bytes_of(16384, 22);
+  std::vector<std::uint8_t> raw = hand_made_record(a, 0x17, 0, 0);
+  const auto second = hand_made_record(b, 0x17, 200, 1);  // padded
+  raw.insert(raw.end(), second.begin(), second.end());
+  std::vector<std::uint8_t> both = a;
+  both.insert(both.end(), b.begin(), b.end());
+  SECTION("one large read: each record decrypted straight into the caller's buffer") {
+    std::vector<std::uint8_t> got;
+    REQUIRE(receive_raw(raw, both.size(), &got).ok());
+    CHECK(got == both);
+  }
+  SECTION("small reads: through the record layer's own buffer") {
+    Pair p = socket_pair();
+    p.b.enable_records(layer(key_of(2), key_of(1)));
+    REQUIRE(::send(p.a.fd(), raw.data(), raw.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(raw.size()));
+    std::vector<std::uint8_t> got(both.size());
+    for (std::size_t at = 0; at < got.size(); at += 1000) {
+      const std::size_t n = std::min<std::size_t>(1000, got.size() - at);
+      REQUIRE(recv_all(p.b, got.data() + at, n, Deadline::after(std::chrono::seconds(2)), kPeer).ok());
+    }
+    CHECK(got == both);
+  }
+  SECTION("another inner content type (a TLS alert or handshake) is refused") {
+    CHECK(receive_raw(hand_made_record(a, 0x15, 0, 0), a.size()).code() == ErrorCode::kProtocolError);
+  }
+}

@@ -224,6 +224,10 @@ class Subscriber {
   bool publisher_checksums() const noexcept;
   // Whether the publisher serves delta versions (PublisherOptions::deltas).
   bool publisher_deltas() const noexcept;
+  // Whether this session is encrypted (SubscriberOptions::encryption): the
+  // control connection, and the data connection when it is tcp, carry
+  // AES-GCM records; a same-host shm data path has no link to encrypt.
+  bool encrypted() const noexcept;
 
   // Newest committed version on the publisher; 0 if none yet.
   Result<std::uint64_t> latest_version();

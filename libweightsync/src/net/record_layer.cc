@@ -136,9 +136,19 @@ Result<std::size_t> RecordLayer::read_some(int fd, void* out, std::size_t bytes,
       }
       continue;
     }
-    Status opened = open_record(peer);
+    // A whole record that fits the caller's buffer is decrypted straight
+    // into it (one copy less); else into plain_, read out below.
+    const std::size_t cipher_bytes = raw_filled_ - kRecordHeaderBytes - kRecordTagBytes;
+    if (bytes >= cipher_bytes) {
+      auto direct = open_record_into(static_cast<std::uint8_t*>(out), peer);
+      raw_filled_ = 0;
+      if (!direct.ok()) return direct.status();
+      if (*direct > 0) return *direct;
+      continue;  // an empty record
+    }
+    auto opened = open_record_into(nullptr, peer);
     raw_filled_ = 0;
-    if (!opened.ok()) return opened;
+    if (!opened.ok()) return opened.status();
   }
   const std::size_t take = std::min(bytes, plain_.size() - plain_used_);
   std::memcpy(out, plain_.data() + plain_used_, take);
@@ -146,39 +156,49 @@ Result<std::size_t> RecordLayer::read_some(int fd, void* out, std::size_t bytes,
   return take;
 }
 
-Status RecordLayer::open_record(const char* peer) {
+Result<std::size_t> RecordLayer::open_record_into(std::uint8_t* out, const char* peer) {
   EVP_CIPHER_CTX* ctx = ctx_->decrypt;
   const std::size_t body = raw_filled_ - kRecordHeaderBytes;
   const std::size_t cipher_bytes = body - kRecordTagBytes;
   const std::uint8_t* cipher = raw_.data() + kRecordHeaderBytes;
-  plain_.resize(cipher_bytes + 16);
   plain_used_ = 0;
+  if (out == nullptr) {
+    plain_.resize(cipher_bytes + 16);
+    out = plain_.data();
+  } else {
+    plain_.clear();
+  }
   const auto nonce = nonce_of(receive_, receive_seq_);
   int len = 0, final_len = 0;
   if (EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data()) != 1 ||
       EVP_DecryptUpdate(ctx, nullptr, &len, raw_.data(), kRecordHeaderBytes) != 1 ||
-      EVP_DecryptUpdate(ctx, plain_.data(), &len, cipher, static_cast<int>(cipher_bytes)) != 1 ||
+      EVP_DecryptUpdate(ctx, out, &len, cipher, static_cast<int>(cipher_bytes)) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kRecordTagBytes,
                           const_cast<std::uint8_t*>(cipher + cipher_bytes)) != 1) {
     plain_.clear();
     return openssl_failed("decrypt");
   }
-  if (EVP_DecryptFinal_ex(ctx, plain_.data() + len, &final_len) != 1) {
+  // GCM's final step writes nothing; `out` has exactly cipher_bytes of room.
+  std::uint8_t none[16];
+  if (EVP_DecryptFinal_ex(ctx, none, &final_len) != 1) {
     plain_.clear();
     return Status(ErrorCode::kProtocolError,
                   std::string("a record from ") + peer +
                       " failed authentication: changed, replayed, reordered or forged in transit (or the "
                       "two sides do not share WEIGHTSYNC_SECRET)");
   }
-  std::size_t size = static_cast<std::size_t>(len + final_len);
-  while (size > 0 && plain_[size - 1] == 0) --size;  // TLS 1.3 padding
-  if (size == 0 || plain_[size - 1] != kApplicationData) {
+  std::size_t size = static_cast<std::size_t>(len);
+  while (size > 0 && out[size - 1] == 0) --size;  // TLS 1.3 padding
+  if (size == 0 || out[size - 1] != kApplicationData) {
     plain_.clear();
     return Status(ErrorCode::kProtocolError, std::string("a record from ") + peer + " is not application data");
   }
-  plain_.resize(size - 1);
   ++receive_seq_;
-  return Status();
+  if (!plain_.empty()) {
+    plain_.resize(size - 1);
+    return std::size_t{0};  // the plaintext waits in plain_
+  }
+  return size - 1;
 }
 
 }  // namespace weightsync::detail

@@ -70,8 +70,10 @@ class RecordLayer {
 
  private:
   RecordLayer() = default;
-  // Decrypts the record in raw_ into plain_; kProtocolError if it fails.
-  Status open_record(const char* peer);
+  // Decrypts the record in raw_ into `out` (room for its ciphertext's size;
+  // returns the plaintext bytes there), or with out == nullptr into plain_
+  // (returns 0). kProtocolError if it fails; `out` then holds garbage.
+  Result<std::size_t> open_record_into(std::uint8_t* out, const char* peer);
 
   struct CipherContexts;
   std::unique_ptr<CipherContexts> ctx_;

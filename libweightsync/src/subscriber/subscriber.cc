@@ -703,6 +703,9 @@ bool Subscriber::publisher_checksums() const noexcept {
 bool Subscriber::publisher_deltas() const noexcept {
   return impl_->deltas_offered;
 }
+bool Subscriber::encrypted() const noexcept {
+  return impl_->control.encrypted();
+}
 std::uint64_t Subscriber::held_version() const noexcept {
   return impl_->held_version;
 }
