@@ -282,23 +282,28 @@ std::uint32_t flip_seed() {
   return env != nullptr ? static_cast<std::uint32_t>(std::strtoul(env, nullptr, 10)) : 17;
 }
 
+// Each refused trial logs a warning: keep the output to the counts.
+struct QuietLogs {
+  LogLevel level = log_level();
+  QuietLogs() { set_log_level(LogLevel::kError); }
+  ~QuietLogs() { set_log_level(level); }
+};
+
+void check_all_caught(const char* label, const FlipCounts& c, int trials) {
+  std::printf("%s %d flips: %d failed, %d retried, %d unnoticed, %d wrong\n", label, c.flips, c.errors, c.retried,
+              c.unnoticed, c.wrong);
+  CHECK(c.flips > trials / 3);
+  CHECK(c.wrong == 0);
+  CHECK(c.unnoticed == 0);
+}
+
 }  // namespace
 
 TEST_CASE("integrity: a proxy flipping one bit of the publisher's stream is always caught", "[integrity][proxy]") {
   const int trials = flip_trial_count();
-  // Each refused trial logs a warning; keep the output to the counts.
-  const LogLevel level = log_level();
-  set_log_level(LogLevel::kError);
-  struct Restore {
-    LogLevel level;
-    ~Restore() { set_log_level(level); }
-  } restore{level};
+  const QuietLogs quiet;
   const FlipCounts with = flip_trials(true, trials, flip_seed());
-  std::printf("integrity on:  %d flips: %d failed, %d retried, %d unnoticed, %d wrong\n", with.flips, with.errors,
-              with.retried, with.unnoticed, with.wrong);
-  CHECK(with.flips > trials / 3);
-  CHECK(with.wrong == 0);
-  CHECK(with.unnoticed == 0);
+  check_all_caught("integrity on: ", with, trials);
   // The same flips without integrity (xxHash3 checksums on): some go
   // unnoticed, which is what the test would see if the layer stopped working.
   const FlipCounts without = flip_trials(false, trials, flip_seed());
@@ -310,17 +315,8 @@ TEST_CASE("integrity: a proxy flipping one bit of the publisher's stream is alwa
 TEST_CASE("encryption: a proxy flipping one bit of the publisher's encrypted stream is always caught",
           "[encryption][proxy]") {
   const int trials = flip_trial_count();
-  const LogLevel level = log_level();
-  set_log_level(LogLevel::kError);
-  struct Restore {
-    LogLevel level;
-    ~Restore() { set_log_level(level); }
-  } restore{level};
+  const QuietLogs quiet;
   // The stream is longer by the records' headers and tags: the offsets span it.
   const FlipCounts with = flip_trials(true, trials, flip_seed() + 1, /*encryption=*/true);
-  std::printf("encryption on: %d flips: %d failed, %d retried, %d unnoticed, %d wrong\n", with.flips, with.errors,
-              with.retried, with.unnoticed, with.wrong);
-  CHECK(with.flips > trials / 3);
-  CHECK(with.wrong == 0);
-  CHECK(with.unnoticed == 0);
+  check_all_caught("encryption on:", with, trials);
 }
