@@ -295,6 +295,8 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       group.task_seed = task_seeds[static_cast<std::size_t>(p)];
       group.task_index = 0;
       group.generation_seconds = generation_seconds / options_.prompts;
+      group.temperature = rollout_options.sampling.temperature;
+      group.top_p = rollout_options.sampling.top_p;
       if (p == 0 && pulled.value().pulled) {
         group.pull_seconds = pulled.value().seconds;
         group.pull_bytes = pulled.value().bytes;

@@ -62,7 +62,7 @@ evaluate before "$cache"
 for mode in sync async; do
   echo "demo: [$(elapsed)] $mode run: trainer + $generators generators, $steps steps (logs in $out/$mode)"
   "$root/scripts/rl-run.sh" --start "$cache" --out "$out/$mode" --mode "$mode" --steps "$steps" \
-    --generators "$generators" "${extra[@]}" | grep -E 'step +[0-9]+/|done after' | awk 'NR % 5 == 0 || /done/'
+    --generators "$generators" "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
   evaluate "after-$mode" "$out/$mode"
 done
 

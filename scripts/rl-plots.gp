@@ -2,8 +2,9 @@
 #   gnuplot -e "dir='OUT/plots'" scripts/rl-plots.gp
 # learning.png: the fraction of training episodes solved (sampled at the
 #   generators' temperature; points per step, lines the mean of the last 5
-#   steps) against wall time, sync vs async, with the greedy held-out
-#   evaluations as horizontal lines. timeline.png: what each process did
+#   steps) against wall time, sync vs async, the trainer's periodic greedy
+#   evaluations on a fixed held-out subset (trainer --eval-every; squares),
+#   and the full greedy held-out evaluations as horizontal lines. timeline.png: what each process did
 #   (Gantt), sync above async.
 if (!exists("dir")) dir = "."
 eval_before = NaN; eval_after_sync = NaN; eval_after_async = NaN
@@ -21,6 +22,8 @@ plot dir."/curve-sync.dat" using 2:4 with points pt 7 ps 0.5 lc rgb "#9ecae1" ti
      dir."/curve-sync.dat" using 2:7 with lines lw 2 lc rgb "#1f77b4" title "sync, last 5 steps", \
      dir."/curve-async.dat" using 2:4 with points pt 7 ps 0.5 lc rgb "#fdae6b" title "async, per step", \
      dir."/curve-async.dat" using 2:7 with lines lw 2 lc rgb "#e6550d" title "async, last 5 steps", \
+     dir."/evalcurve-sync.dat" using 2:3 with linespoints pt 5 ps 1 lw 2 lc rgb "#08306b" title "sync, greedy on the held-out subset", \
+     dir."/evalcurve-async.dat" using 2:3 with linespoints pt 5 ps 1 lw 2 lc rgb "#7f2704" title "async, greedy on the held-out subset", \
      eval_before with lines dt 2 lw 2 lc rgb "#555555" title sprintf("greedy eval before: %.1f%%", 100 * eval_before), \
      eval_after_sync with lines dt 3 lw 2 lc rgb "#1f77b4" title sprintf("greedy eval after sync: %.1f%%", 100 * eval_after_sync), \
      eval_after_async with lines dt 3 lw 2 lc rgb "#e6550d" title sprintf("greedy eval after async: %.1f%%", 100 * eval_after_async)
@@ -37,9 +40,9 @@ set xlabel "seconds since the first publish"
 unset ylabel
 set style fill solid 0.9 noborder
 set key outside right
-# event index: 0 generate, 1 train, 2 wait, 3 pull, 4 publish, 5 send, 6 checkpoint
-set palette defined (0 "#2ca02c", 1 "#1f77b4", 2 "#dddddd", 3 "#d62728", 4 "#ff7f0e", 5 "#9467bd", 6 "#8c564b")
-set cbrange [0:6]
+# event index: 0 generate, 1 train, 2 wait, 3 pull, 4 publish, 5 send, 6 checkpoint, 7 eval
+set palette defined (0 "#2ca02c", 1 "#1f77b4", 2 "#dddddd", 3 "#d62728", 4 "#ff7f0e", 5 "#9467bd", 6 "#8c564b", 7 "#e377c2")
+set cbrange [0:7]
 unset colorbox
 do for [run in "sync async"] {
   set title run
@@ -48,6 +51,7 @@ do for [run in "sync async"] {
        NaN with boxes lc rgb "#1f77b4" title "train", \
        NaN with boxes lc rgb "#dddddd" title "wait", \
        NaN with boxes lc rgb "#d62728" title "pull", \
-       NaN with boxes lc rgb "#ff7f0e" title "publish"
+       NaN with boxes lc rgb "#ff7f0e" title "publish", \
+       NaN with boxes lc rgb "#e377c2" title "eval"
 }
 unset multiplot

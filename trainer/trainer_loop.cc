@@ -14,6 +14,7 @@
 #include "loop/device.h"
 #include "loop/policy_weights.h"
 #include "rollout/eval_summary.h"
+#include "rollout/evaluation.h"
 #include "weightsync/narrow.h"
 #include "weightsync/publisher.h"
 
@@ -44,6 +45,7 @@ TrainerLoop::TrainerLoop(TrainerOptions options, policy::Transformer model, poli
       carried_(std::move(carried)),
       updater_(model_, options_.update),
       buffer_(options_.replay),
+      sampling_(options_.expected_temperature),
       live_generators_(options_.generators) {}
 
 TrainerLoop::~TrainerLoop() = default;
@@ -68,6 +70,12 @@ zorplex::Result<bool> TrainerLoop::start() {
   if (!timeline) return timeline.error();
   timeline_file_ = std::move(timeline).value();
   timeline_ = loop::Timeline(timeline_file_.get(), "trainer");
+
+  if (options_.eval_every > 0) {
+    auto format = loop::prompt_format_of(carried_);
+    if (!format) return zorplex::Error{"periodic evaluation needs the policy's prompt format: " + format.error().message};
+    eval_format_ = format.value();
+  }
 
   auto layout = loop::policy_weight_layout(model_.config());
   if (!layout) return layout.error();
@@ -212,6 +220,31 @@ zorplex::Result<bool> TrainerLoop::checkpoint() {
   return true;
 }
 
+zorplex::Result<bool> TrainerLoop::evaluate_held_out() {
+  rollout::EvalOptions eval;  // greedy, held-out seed 42
+  eval.count = options_.eval_tasks;
+  eval.rollout.format = eval_format_;
+  const double start = loop::wall_clock_seconds();
+  auto result = rollout::evaluate(model_, eval);
+  if (!result) return zorplex::Error{"held-out evaluation at step " + std::to_string(step_) + ": " +
+                                     result.error().message};
+  const double end = loop::wall_clock_seconds();
+  const rollout::EvalSummary& summary = result.value().summary;
+  timeline_.span("eval", start, end, {{"version", version_}, {"tasks", summary.tasks}});
+  metrics_->write({{"event", "eval"},
+                   {"step", step_},
+                   {"version", version_},
+                   {"tasks", summary.tasks},
+                   {"correct", summary.correct},
+                   {"accuracy", summary.accuracy},
+                   {"seconds", end - start},
+                   {"time", end}});
+  std::printf("trainer: eval at step %d (version %llu): %.1f%% of %d held-out tasks (greedy, %.1f s)\n", step_,
+              static_cast<unsigned long long>(version_), 100.0 * summary.accuracy, summary.tasks, end - start);
+  std::fflush(stdout);
+  return true;
+}
+
 TrainerLoop::Arrival TrainerLoop::receive_one(bool sync) {
   auto message = receiver_->receive(std::chrono::milliseconds(200));
   if (!message) return {};
@@ -234,7 +267,16 @@ TrainerLoop::Arrival TrainerLoop::receive_one(bool sync) {
     ++dropped_off_version_;
     return {};
   }
+  // Sampled at another temperature: its log-probs do not match the ones
+  // this trainer recomputes. Refused, and its generator told once why.
+  if (auto agreed = sampling_.accept(group); !agreed) {
+    if (told_about_sampling_.insert(group.generator).second) {
+      std::fprintf(stderr, "trainer: refusing trajectories: %s\n", agreed.error().message.c_str());
+    }
+    return {};
+  }
   const std::uint32_t generator = group.generator;
+  arrived_.add(group);
   buffer_.add(std::move(group));
   return {true, generator};
 }
@@ -382,11 +424,16 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"reward_mean", report.reward_mean},
                      {"reward_std", report.reward_std},
                      {"correct_rate", report.correct_rate},
+                     {"correct_rate_before_filter", arrived_.correct_rate()},
+                     {"reward_mean_before_filter", arrived_.reward_mean()},
+                     {"trajectories_arrived", arrived_.trajectories()},
                      {"format_rate", report.format_rate},
                      {"failure_modes", outcome.failure_modes},
                      {"clipped_fraction", report.clipped_fraction},
+                     {"minibatches", report.minibatches},
                      {"mean_ratio", report.mean_ratio},
                      {"mean_behaviour_weight", report.mean_behaviour_weight},
+                     {"temperature", report.temperature},
                      {"staleness_mean", staleness_sum / n},
                      {"staleness_max", staleness_max},
                      {"dropped",
@@ -394,8 +441,9 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                        {"stale_groups", counters.groups_dropped_stale},
                        {"overflow_groups", counters.groups_dropped_overflow},
                        {"off_version_groups", dropped_off_version_},
+                       {"sampling_mismatch_groups", sampling_.refused()},
                        {"rejected_messages", rejected_messages_}}},
-                     {"groups_received", counters.groups_received + dropped_off_version_},
+                     {"groups_received", counters.groups_received + dropped_off_version_ + sampling_.refused()},
                      {"trajectories_per_second", static_cast<double>(used.size()) / step_seconds},
                      {"tokens_per_second", static_cast<double>(report.tokens) / step_seconds},
                      {"wait_seconds", train_start - wait_start},
@@ -407,15 +455,20 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"time", publish_end}});
     pulls_.clear();
     std::printf(
-        "trainer: step %3d/%d  version %llu  groups %zu  reward %.3f  correct %.2f  loss %+.4f  "
+        "trainer: step %3d/%d  version %llu  groups %zu  reward %.3f  correct %.2f (all %.2f)  loss %+.4f  "
         "staleness %.1f/%llu  wait %.1fs train %.1fs  elapsed %.0fs\n",
         step_, options_.steps, static_cast<unsigned long long>(version_), groups.size(), report.reward_mean,
-        report.correct_rate, report.loss, staleness_sum / n, static_cast<unsigned long long>(staleness_max),
+        report.correct_rate, arrived_.correct_rate(), report.loss, staleness_sum / n, static_cast<unsigned long long>(staleness_max),
         train_start - wait_start, train_end - train_start, steady_seconds() - run_start);
     std::fflush(stdout);
+    arrived_.reset();
     if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && step_ < options_.steps) {
       auto saved = checkpoint();
       if (!saved) return saved.error();
+    }
+    if (options_.eval_every > 0 && (step_ % options_.eval_every == 0 || step_ == options_.steps)) {
+      auto evaluated = evaluate_held_out();
+      if (!evaluated) return evaluated.error();
     }
   }
   auto flushed = flush_publish();

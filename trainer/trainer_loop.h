@@ -18,7 +18,9 @@
 //     waiting for more as needed (over-sampling past zero-variance drops).
 //   Groups sampled with a version newer than the current one (from before a
 //   trainer restart) or, in sync, with any other version are dropped and
-//   counted; the replay buffer drops stale and zero-variance groups and
+//   counted; so are groups sampled at another temperature than the trainer's
+//   (--temperature, else the first group's: algorithms::SamplingAgreement),
+//   with one line on stderr per generator saying what to change; the replay buffer drops stale and zero-variance groups and
 //   counts them. Then one RlUpdater step at the scheduled learning rate, version + 1, publish, one metrics
 //   line (trainer.jsonl) and timeline spans. Versions only increase.
 // - Publishing, by the model's device. CPU: Publisher::publish(), one copy
@@ -58,10 +60,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "algorithms/replay_buffer.h"
+#include "algorithms/outcome_tally.h"
+#include "algorithms/sampling_agreement.h"
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
 #include "policy/transformer.h"
@@ -89,6 +94,9 @@ struct TrainerOptions {
   double round_timeout_s = 15.0;
   double idle_timeout_s = 120.0;
   algorithms::ReplayOptions replay;
+  // The sampling temperature groups must carry (--temperature); nullopt:
+  // the first group's, pinned (algorithms::SamplingAgreement).
+  std::optional<double> expected_temperature;
   training::RlUpdateOptions update;  // update.lr is the peak learning rate
   // "cosine": from update.lr down to min_lr_ratio * update.lr at the last
   // step (a run ends on small steps, not in the middle of an oscillation);
@@ -97,6 +105,13 @@ struct TrainerOptions {
   double min_lr_ratio = 0.1;
   std::string algorithm = "grpo";  // for the record
   int checkpoint_every = 10;
+  // Greedy evaluation on a fixed held-out subset every eval_every steps and
+  // after the last: the first eval_tasks tasks of the held-out set (seed 42,
+  // compositional easy, as zorplex-eval), in the policy's prompt format. One
+  // "eval" line in trainer.jsonl (step, version, tasks, correct, accuracy,
+  // seconds) and an "eval" span. Not inside any step's time. 0: never.
+  int eval_every = 0;
+  int eval_tasks = 50;
   std::string out_dir;  // checkpoint, trainer.jsonl, timeline-trainer.jsonl
   weightsync::PublisherOptions publisher;
   // The dtype versions travel in: kFloat32 (as trained), kBFloat16 or kFloat16.
@@ -151,6 +166,7 @@ class TrainerLoop {
   // Collects the in-flight device publish, if any, and logs it.
   zorplex::Result<bool> flush_publish();
   zorplex::Result<bool> checkpoint();
+  zorplex::Result<bool> evaluate_held_out();
   zorplex::Result<bool> write_address_file() const;
 
   TrainerOptions options_;
@@ -164,6 +180,7 @@ class TrainerLoop {
 
   policy::Transformer model_;  // declared before publisher_: outlives it
   policy::Metadata carried_;
+  policy::PromptFormat eval_format_;  // the policy's, for evaluate_held_out()
   training::RlUpdater updater_;
   algorithms::ReplayBuffer buffer_;
   std::unique_ptr<weightsync::Publisher> publisher_;           // float32 on the wire
@@ -180,6 +197,9 @@ class TrainerLoop {
   int live_generators_ = 0;
   std::uint64_t dropped_off_version_ = 0;
   std::uint64_t rejected_messages_ = 0;
+  algorithms::SamplingAgreement sampling_;
+  algorithms::OutcomeTally arrived_;  // this step's arrivals, before the zero-variance filter
+  std::set<std::uint32_t> told_about_sampling_;  // generators already told why they are refused
   double last_arrival_ = 0.0;  // steady seconds
   // Per-generator pull reports seen since the last step.
   std::vector<nlohmann::json> pulls_;

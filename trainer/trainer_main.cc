@@ -30,6 +30,7 @@
 #include "loop/rl_checkpoint.h"
 #include "policy/cpu_threads.h"
 #include "policy/safetensors.h"
+#include "trainer/algorithm_choice.h"
 #include "trainer/trainer_loop.h"
 #include "trainer/warm_start.h"
 #include "training/sft.h"
@@ -95,10 +96,15 @@ int main(int argc, char** argv) try {
   app.add_option("--min-lr-ratio", options.min_lr_ratio, "cosine: the last step's share of --lr")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--clip", clip, "PPO clip epsilon")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--minibatches", options.update.minibatches,
+                 "PPO minibatches: optimizer steps per batch (the batch split in this many); with more than "
+                 "one the clip and the decoupled proximal policy come into play")
+      ->check(CLI::Range(1, 64));
   app.add_option("--behaviour-weight-cap", weight_cap, "decoupled: cap on the behaviour importance weight")
       ->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--temperature", options.update.sampling_temperature,
-                 "The generators' sampling temperature (their log-probs were recorded at it)")
+  app.add_option("--temperature", options.expected_temperature,
+                 "The generators' sampling temperature; groups sampled at another are refused. Default: "
+                 "the temperature the first group carries (every group says what it was sampled at)")
       ->check(CLI::Range(0.05, 5.0));
   app.add_option("--generators", options.generators, "sync: generators that deliver each round")
       ->check(CLI::Range(1, 4096));
@@ -110,12 +116,20 @@ int main(int argc, char** argv) try {
   app.add_option("--max-staleness", options.replay.max_staleness,
                  "async: drop groups sampled more than this many versions ago");
   bool keep_zero_variance = false;
-  app.add_flag("--keep-zero-variance", keep_zero_variance, "Train on groups whose rewards are all equal too");
+  app.add_flag("--keep-zero-variance", keep_zero_variance,
+               "Train on groups whose rewards are all equal too (always so with --baseline running, "
+               "where they carry signal)");
   app.add_option("--round-timeout", options.round_timeout_s,
                  "sync: seconds after a round's first group to wait for the other generators");
   app.add_option("--idle-timeout", options.idle_timeout_s,
                  "Give up when no trajectory arrives for this long (s)");
   app.add_option("--checkpoint-every", options.checkpoint_every, "Checkpoint every N steps (and at the end)");
+  app.add_option("--eval-every", options.eval_every,
+                 "Greedy evaluation on a fixed held-out subset every N steps and after the last (0: never); "
+                 "an \"eval\" line in trainer.jsonl each time")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--eval-tasks", options.eval_tasks, "Tasks of that subset (the first N of the 200 held out)")
+      ->check(CLI::Range(1, 200));
   app.add_option("--bind", bind,
                  "Address to serve weights and take trajectories on (needs WEIGHTSYNC_SECRET "
                  "unless loopback)");
@@ -149,21 +163,10 @@ int main(int argc, char** argv) try {
                 " needs a host-resident policy (--device cpu): the device publish path sends float32");
   options.sync = mode == "sync";
   if (options.sync) options.replay.max_staleness = 0;
-  options.replay.drop_zero_variance = !keep_zero_variance;
   options.update.lr = lr;
-  options.update.loss.clip_epsilon = clip;
-  if (options.algorithm == "reinforce") {
-    options.update.loss.objective = training::Objective::kReinforce;
-    options.update.baseline =
-        baseline == "running" ? training::BaselineKind::kRunningMean : training::BaselineKind::kGroupMean;
-    options.update.normalize_advantages = false;
-  } else {
-    options.update.loss.objective = training::Objective::kPpoClip;
-    options.update.baseline = training::BaselineKind::kGroupMean;
-    options.update.normalize_advantages = true;
-    options.update.loss.decoupled = options.algorithm == "decoupled";
-    options.update.loss.behaviour_weight_cap = options.update.loss.decoupled ? weight_cap : 0.0;
-  }
+  auto chosen = trainer::apply_algorithm_choice(
+      trainer::AlgorithmChoice{options.algorithm, baseline, clip, weight_cap, keep_zero_variance}, options);
+  if (!chosen) return fail(chosen.error().message);
   if (const char* secret = std::getenv("WEIGHTSYNC_SECRET")) options.secret = secret;
   options.publisher.bind_address = bind;
   options.publisher.port = weights_port;
@@ -176,7 +179,11 @@ int main(int argc, char** argv) try {
                           {"lr_schedule", options.lr_schedule},
                           {"min_lr_ratio", options.min_lr_ratio},
                           {"clip", clip},
-                          {"temperature", options.update.sampling_temperature},
+                          {"minibatches", options.update.minibatches},
+                          {"eval_every", options.eval_every},
+                          {"eval_tasks", options.eval_tasks},
+                          {"temperature", options.expected_temperature ? nlohmann::json(*options.expected_temperature)
+                                                                       : nlohmann::json("from the groups")},
                           {"steps", options.steps},
                           {"generators", options.generators},
                           {"prompts_per_round", options.prompts_per_round},

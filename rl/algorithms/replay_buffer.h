@@ -37,6 +37,10 @@ struct TrajectoryGroup {
   double generation_seconds = 0.0;  // time the generator spent sampling this group
   double pull_seconds = 0.0;        // the weight pull before this group's rollouts (0: none)
   std::uint64_t pull_bytes = 0;     // bytes of that pull
+  // The sampling parameters the behaviour log-probs depend on (policy/sampling.h):
+  // the trainer recomputes them at this temperature, or refuses the group.
+  double temperature = 1.0;  // 0: greedy (log-probs at 1)
+  double top_p = 1.0;        // for the record: the log-probs are untruncated
 
   std::vector<double> rewards() const;
 };

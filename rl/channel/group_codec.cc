@@ -234,6 +234,8 @@ std::string encode_group(const algorithms::TrajectoryGroup& group) {
                {"generation_seconds", group.generation_seconds},
                {"pull_seconds", group.pull_seconds},
                {"pull_bytes", group.pull_bytes},
+               {"temperature", group.temperature},
+               {"top_p", group.top_p},
                {"trajectories", trajectories}};
   const std::vector<std::uint8_t> bytes = json::to_msgpack(j);
   return std::string(bytes.begin(), bytes.end());
@@ -263,10 +265,16 @@ zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes
   group.generation_seconds = r.f64("generation_seconds");
   group.pull_seconds = r.f64("pull_seconds");
   group.pull_bytes = r.u64("pull_bytes");
+  group.temperature = r.f64("temperature");
+  group.top_p = r.f64("top_p");
   const json* trajectories = r.field("trajectories", json::value_t::array);
   if (!r.error.empty()) return zorplex::Error{r.error};
   if (group.version_end < group.version_start)
     return zorplex::Error{"trajectory group: version_end < version_start"};
+  if (!(std::isfinite(group.temperature) && group.temperature >= 0.0) ||
+      !(std::isfinite(group.top_p) && group.top_p > 0.0 && group.top_p <= 1.0)) {
+    return zorplex::Error{"trajectory group: temperature must be finite and >= 0, and top_p in (0, 1]"};
+  }
   if (trajectories->empty() || trajectories->size() > kMaxTrajectories) {
     return zorplex::Error{"trajectory group: " + std::to_string(trajectories->size()) + " trajectories (1.." +
                           std::to_string(kMaxTrajectories) + " allowed)"};

@@ -5,7 +5,9 @@
 // Contract
 // - encode_group() writes one MessagePack map: "schema" =
 //   "weightsync-trajectories/1", the group's fields (generator, sequence,
-//   version_start, version_end, task_seed, task_index, generation_seconds)
+//   version_start, version_end, task_seed, task_index, generation_seconds,
+//   pull_seconds, pull_bytes, and the sampling parameters temperature and
+//   top_p, which the behaviour log-probs depend on)
 //   and "trajectories": an array of maps, each with the token ids (binary,
 //   uint16 little endian), the loss mask (binary, one byte per token, 0/1),
 //   the behaviour log-probs (binary, float32 little endian), prompt_tokens,
@@ -17,7 +19,8 @@
 //   building a group: the schema string, every field's type, enum names, the
 //   three per-token arrays of one length, 2 <= tokens <= kMaxTokens, token
 //   ids < policy::kVocabSize, mask bytes 0/1, finite log-probs <= 0 where
-//   the mask is 1, prompt_tokens < tokens, at most kMaxTrajectories per group.
+//   the mask is 1, prompt_tokens < tokens, at most kMaxTrajectories per group,
+//   a finite temperature >= 0 and 0 < top_p <= 1.
 //   Anything else is an Error saying what is wrong; it never crashes (the
 //   decoder is fed garbage and mutations in the tests). The transcript is
 //   rebuilt from the tokens after the prompt; the task's words are not sent.
@@ -34,7 +37,7 @@
 
 namespace channel {
 
-inline constexpr const char* kGroupSchema = "weightsync-trajectories/1";
+inline constexpr const char* kGroupSchema = "weightsync-trajectories/2";
 inline constexpr std::size_t kMaxTokens = 1u << 16;
 inline constexpr std::size_t kMaxTrajectories = 1024;
 

@@ -94,6 +94,10 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   if (curve) curve << "# step wall_s reward_mean correct_rate staleness_mean reward_avg5 correct_avg5\n";
   std::vector<double> rewards;
   std::vector<double> corrects;
+  json periodic_eval = json::array();  // the trainer's greedy held-out evaluations (--eval-every)
+  std::ofstream eval_curve;
+  if (!plots.empty()) eval_curve.open(plots + "/evalcurve-" + name + ".dat");
+  if (eval_curve) eval_curve << "# step wall_s accuracy tasks\n";
   const auto last5 = [](const std::vector<double>& v) {
     const std::size_t n = std::min<std::size_t>(5, v.size());
     double sum = 0.0;
@@ -105,6 +109,17 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
     if (event == "publish") {
       published[r.value("version", std::uint64_t{0})] = r.value("xxh3", "");
       if (first_publish < 0) first_publish = r.value("time", 0.0);
+    } else if (event == "eval") {
+      const double at = r.value("time", 0.0) - first_publish;
+      periodic_eval.push_back({{"step", r.value("step", 0)},
+                               {"version", r.value("version", std::uint64_t{0})},
+                               {"wall_s", at},
+                               {"tasks", r.value("tasks", 0)},
+                               {"accuracy", r.value("accuracy", 0.0)}});
+      if (eval_curve) {
+        eval_curve << r.value("step", 0) << ' ' << at << ' ' << r.value("accuracy", 0.0) << ' '
+                   << r.value("tasks", 0) << '\n';
+      }
     } else if (event == "step") {
       ++steps;
       last_step = r.value("time", 0.0);
@@ -157,7 +172,7 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
     std::ofstream gantt(plots + "/timeline-" + name + ".dat");
     gantt << "# row start_s end_s event_index process event\n";
     const std::vector<std::string> events{"generate", "train", "wait",      "pull",
-                                          "publish",  "send",  "checkpoint"};
+                                          "publish",  "send",  "checkpoint", "eval"};
     for (const json& e : run.timeline) {
       const std::string process = e.value("process", "");
       const double row =
@@ -186,7 +201,8 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
           {"pull_s_median", median(pull_seconds)},
           {"pull_share_of_step", step_median > 0 ? median(pull_seconds) / step_median : 0.0},
           {"digests_checked", digests_checked},
-          {"digests_matched", digests_matched}};
+          {"digests_matched", digests_matched},
+          {"periodic_eval", periodic_eval}};
 }
 
 void print_summary(const json& report) {

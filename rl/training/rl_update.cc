@@ -2,6 +2,7 @@
 #include "training/rl_update.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 
 #include "policy/sampling.h"
@@ -19,6 +20,16 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   std::vector<double> advantages;
   std::vector<double> rewards;
   RlUpdateReport report;
+  if (groups.empty()) return zorplex::Error{"an RL update needs at least one trajectory"};
+  const double temperature = groups.front().temperature;
+  for (const algorithms::TrajectoryGroup& group : groups) {
+    if (group.temperature != temperature) {
+      return zorplex::Error{"an RL update's groups were sampled at different temperatures (" +
+                            std::to_string(temperature) + " and " + std::to_string(group.temperature) +
+                            "): their log-probs cannot be recomputed together"};
+    }
+  }
+  report.temperature = temperature;
   for (const algorithms::TrajectoryGroup& group : groups) {
     const std::vector<double> group_rewards = group.rewards();
     std::vector<double> group_advantages;
@@ -47,32 +58,68 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   for (double r : rewards) report.reward_std += (r - report.reward_mean) * (r - report.reward_mean) / n;
   report.reward_std = std::sqrt(report.reward_std);
 
-  auto batch = make_token_batch(trajectories, model_->config().max_seq_len, model_->device());
-  if (!batch) return batch.error();
-  PolicyLossInputs in;
-  in.behaviour_log_probs = batch.value().behaviour_log_probs;
-  in.loss_mask = batch.value().loss_mask;
-  in.advantages = torch::tensor(advantages, torch::kFloat64).to(torch::kFloat32).to(model_->device());
-  if (options_.loss.decoupled) {
-    torch::NoGradGuard no_grad;
-    in.proximal_log_probs = batch_log_probs(*model_, batch.value(), options_.sampling_temperature);
+  // PPO minibatches (AReaL's ppo_n_minibatches): trajectory i goes to
+  // minibatch i % m, one optimizer step each. The proximal log-probs are
+  // taken from the weights before the first step, so from the second
+  // minibatch on current, proximal and behaviour policies all differ.
+  const std::size_t m = std::min<std::size_t>(static_cast<std::size_t>(std::max(options_.minibatches, 1)),
+                                              trajectories.size());
+  struct Minibatch {
+    TokenBatch batch;
+    torch::Tensor advantages;
+    torch::Tensor proximal;
+  };
+  std::vector<Minibatch> minibatches;
+  for (std::size_t k = 0; k < m; ++k) {
+    std::vector<const rollout::Trajectory*> members;
+    std::vector<double> member_advantages;
+    for (std::size_t i = k; i < trajectories.size(); i += m) {
+      members.push_back(trajectories[i]);
+      member_advantages.push_back(advantages[i]);
+    }
+    auto batch = make_token_batch(members, model_->config().max_seq_len, model_->device());
+    if (!batch) return batch.error();
+    Minibatch mb{std::move(batch).value(), torch::Tensor(), torch::Tensor()};
+    mb.advantages = torch::tensor(member_advantages, torch::kFloat64).to(torch::kFloat32).to(model_->device());
+    if (options_.loss.decoupled) {
+      torch::NoGradGuard no_grad;
+      mb.proximal = batch_log_probs(*model_, mb.batch, temperature);
+    }
+    minibatches.push_back(std::move(mb));
   }
-  model_->zero_grad();
-  in.log_probs = batch_log_probs(*model_, batch.value(), options_.sampling_temperature);
-  const PolicyLoss loss = policy_loss(in, options_.loss);
-  loss.loss.backward();
-  const StepResult step = optimizer_.step(options_.lr);
-  model_->zero_grad();
+  double token_weighted_clip = 0.0, token_weighted_ratio = 0.0, token_weighted_weight = 0.0, loss_sum = 0.0;
+  report.applied = true;
+  for (Minibatch& mb : minibatches) {
+    PolicyLossInputs in;
+    in.behaviour_log_probs = mb.batch.behaviour_log_probs;
+    in.loss_mask = mb.batch.loss_mask;
+    in.advantages = mb.advantages;
+    in.proximal_log_probs = mb.proximal;
+    model_->zero_grad();
+    in.log_probs = batch_log_probs(*model_, mb.batch, temperature);
+    const PolicyLoss loss = policy_loss(in, options_.loss);
+    loss.loss.backward();
+    const StepResult step = optimizer_.step(options_.lr);
+    model_->zero_grad();
+    const double tokens = static_cast<double>(loss.tokens);
+    loss_sum += loss.loss.item<double>();
+    report.grad_norm = std::max(report.grad_norm, step.grad_norm);
+    report.applied = report.applied && step.applied;
+    report.tokens += loss.tokens;
+    report.capped_tokens += loss.capped_tokens;
+    token_weighted_clip += loss.clipped_fraction * tokens;
+    token_weighted_ratio += loss.mean_ratio * tokens;
+    token_weighted_weight += loss.mean_behaviour_weight * tokens;
+  }
   if (options_.baseline == BaselineKind::kRunningMean) baseline_.update(rewards);
-
-  report.loss = loss.loss.item<double>();
-  report.grad_norm = step.grad_norm;
-  report.applied = step.applied;
-  report.tokens = loss.tokens;
-  report.capped_tokens = loss.capped_tokens;
-  report.clipped_fraction = loss.clipped_fraction;
-  report.mean_ratio = loss.mean_ratio;
-  report.mean_behaviour_weight = loss.mean_behaviour_weight;
+  report.minibatches = static_cast<int>(minibatches.size());
+  report.loss = loss_sum / static_cast<double>(minibatches.size());
+  if (report.tokens > 0) {
+    const double tokens = static_cast<double>(report.tokens);
+    report.clipped_fraction = token_weighted_clip / tokens;
+    report.mean_ratio = token_weighted_ratio / tokens;
+    report.mean_behaviour_weight = token_weighted_weight / tokens;
+  }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 } catch (const std::exception& e) {

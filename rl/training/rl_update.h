@@ -8,9 +8,18 @@
 // - update(groups): advantages per trajectory (kGroupMean: r - mean of its
 //   group, divided by the group's std when normalize_advantages, i.e. GRPO;
 //   kRunningMean: r - b with RunningMeanBaseline, updated after the step);
-//   with the decoupled objective, the proximal log-probs are computed first
-//   from the current weights (no grad); then policy_loss() over all
-//   trajectories' generated tokens, backward, clip, one AdamW step at lr.
+//   log-probs are recomputed at the temperature the groups carry (the one
+//   their behaviour log-probs were recorded at); groups at different
+//   temperatures in one batch are an Error (the trainer's
+//   algorithms::SamplingAgreement keeps them out);
+//   the batch is split into options.minibatches minibatches (PPO epochs of
+//   one pass); with the decoupled objective, the proximal log-probs of every
+//   minibatch are computed first from the weights before the update (no
+//   grad); then per minibatch: policy_loss() over its generated tokens,
+//   backward, clip, one AdamW step at lr. From the second minibatch on, the
+//   current policy differs from the behaviour and proximal ones, so ratios
+//   leave 1 and the clip acts. The report's loss is the mean over
+//   minibatches, its ratio and clip diagnostics token-weighted.
 //   Returns what happened (loss, reward and accuracy statistics, clip and
 //   behaviour-weight diagnostics, gradient norm, token counts).
 // - Errors: an empty batch, inconsistent trajectories (token_batch.h) or a
@@ -37,7 +46,9 @@ struct RlUpdateOptions {
   BaselineKind baseline = BaselineKind::kGroupMean;
   bool normalize_advantages = true;  // GRPO; divides by the group's std
   double lr = 1e-4;
-  double sampling_temperature = 1.0;  // the temperature the behaviour log-probs were recorded at
+  // PPO minibatches: the batch is split into this many (trajectory i into
+  // minibatch i % minibatches), one optimizer step each; 1 = one step.
+  int minibatches = 1;
   AdamWOptions adamw;
 };
 
@@ -56,6 +67,8 @@ struct RlUpdateReport {
   double clipped_fraction = 0.0;
   double mean_ratio = 1.0;
   double mean_behaviour_weight = 1.0;
+  double temperature = 1.0;  // the groups' sampling temperature the log-probs were computed at
+  int minibatches = 1;       // optimizer steps taken (grad_norm is the largest of them)
   double seconds = 0.0;
 };
 

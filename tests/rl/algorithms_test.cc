@@ -7,6 +7,8 @@
 
 #include "algorithms/advantages.h"
 #include "algorithms/replay_buffer.h"
+#include "algorithms/outcome_tally.h"
+#include "algorithms/sampling_agreement.h"
 
 using namespace algorithms;
 
@@ -113,4 +115,60 @@ TEST_CASE("replay buffer: oldest first, at most n per take, capacity pushes out 
   CHECK(first[1].sequence == 3);
   CHECK(buffer.take(2, 0).size() == 1);
   CHECK(buffer.take(2, 0).empty());
+}
+
+TEST_CASE("sampling agreement: a group sampled at another temperature than the trainer's is refused",
+          "[rl][algorithms]") {
+  TrajectoryGroup at07 = group_with({0, 1}, 1);
+  at07.temperature = 0.7;
+  at07.generator = 3;
+  TrajectoryGroup at10 = group_with({0, 1}, 1);
+  at10.temperature = 1.0;
+  SECTION("the trainer was given --temperature 1.0") {
+    SamplingAgreement agreement(1.0);
+    CHECK(agreement.accept(at10).ok());
+    auto refused = agreement.accept(at07);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("generator 3 sampled at temperature 0.7") != std::string::npos);
+    CHECK(refused.error().message.find("--temperature 1") != std::string::npos);
+    CHECK(agreement.refused() == 1);
+    CHECK(*agreement.pinned() == 1.0);
+  }
+  SECTION("no --temperature: the first group's is used, and a different one later refused") {
+    SamplingAgreement agreement;
+    CHECK_FALSE(agreement.pinned().has_value());
+    CHECK(agreement.accept(at07).ok());
+    CHECK(*agreement.pinned() == 0.7);
+    CHECK(agreement.accept(at07).ok());
+    CHECK_FALSE(agreement.accept(at10).ok());
+    CHECK(agreement.refused() == 1);
+  }
+}
+
+TEST_CASE("outcome tally: accuracy before the zero-variance filter, and after it, differ as they should",
+          "[rl][algorithms]") {
+  // Two groups all right (zero variance) and one mixed: 11 of 12 correct.
+  auto correct_group = [](std::vector<double> rewards, std::uint64_t sequence) {
+    TrajectoryGroup g = group_with(rewards, 1, sequence);
+    for (auto& t : g.trajectories) t.score.correct = t.score.reward > 0;
+    return g;
+  };
+  ReplayBuffer buffer(ReplayOptions{});
+  OutcomeTally tally;
+  for (auto g : {correct_group({1, 1, 1, 1}, 0), correct_group({1, 1, 1, 1}, 1), correct_group({0, 1, 1, 1}, 2)}) {
+    tally.add(g);
+    buffer.add(std::move(g));
+  }
+  CHECK(tally.trajectories() == 12);
+  CHECK(tally.correct_rate() == Approx(11.0 / 12));
+  CHECK(tally.reward_mean() == Approx(11.0 / 12));
+  // What the trainer trains on after the filter: the mixed group alone.
+  const auto kept = buffer.take(10, 1);
+  REQUIRE(kept.size() == 1);
+  double kept_correct = 0;
+  for (const auto& t : kept[0].trajectories) kept_correct += t.score.correct ? 1 : 0;
+  CHECK(kept_correct / 4 == Approx(0.75));  // pulled towards 0.5: why both are reported
+  tally.reset();
+  CHECK(tally.trajectories() == 0);
+  CHECK(tally.correct_rate() == 0.0);
 }

@@ -42,6 +42,8 @@ TrajectoryGroup sample_group() {
   group.generation_seconds = 0.25;
   group.pull_seconds = 0.125;
   group.pull_bytes = 3569152;
+  group.temperature = 0.7;
+  group.top_p = 0.95;
   return group;
 }
 
@@ -77,6 +79,8 @@ TEST_CASE("group codec: a round trip keeps every field the trainer uses", "[rl][
   CHECK(g.generation_seconds == 0.25);
   CHECK(g.pull_seconds == 0.125);
   CHECK(g.pull_bytes == 3569152);
+  CHECK(g.temperature == 0.7);  // exactly: the trainer compares it with its own
+  CHECK(g.top_p == 0.95);
   REQUIRE(g.trajectories.size() == group.trajectories.size());
   for (std::size_t i = 0; i < g.trajectories.size(); ++i) {
     const rollout::Trajectory& a = group.trajectories[i];
@@ -111,8 +115,21 @@ TEST_CASE("group codec: a round trip keeps every field the trainer uses", "[rl][
 TEST_CASE("group codec: a different schema or shape is refused with the reason", "[rl][channel]") {
   const json good = as_json(channel::encode_group(sample_group()));
   json j = good;
-  j["schema"] = "weightsync-trajectories/2";
-  CHECK(error_of(j).find("expected \"weightsync-trajectories/1\"") != std::string::npos);
+  j["schema"] = "weightsync-trajectories/1";  // from before groups carried their temperature
+  CHECK(error_of(j).find("expected \"weightsync-trajectories/2\"") != std::string::npos);
+  j = good;
+  j.erase("temperature");
+  CHECK(error_of(j).find("missing \"temperature\"") != std::string::npos);
+  for (double bad : {-0.5, std::nan(""), 1e309}) {
+    j = good;
+    j["temperature"] = bad;
+    CHECK(error_of(j).find("temperature must be finite") != std::string::npos);
+  }
+  for (double bad : {0.0, 1.5}) {
+    j = good;
+    j["top_p"] = bad;
+    CHECK(error_of(j).find("top_p in (0, 1]") != std::string::npos);
+  }
   j = good;
   j.erase("version_start");
   CHECK(error_of(j).find("missing \"version_start\"") != std::string::npos);

@@ -4,7 +4,10 @@
 # for a few steps in sync mode and in async mode. Checks: every step is
 # logged; every version a generator pulled has exactly the bytes the trainer
 # published (xxHash3 of the parameter buffer, computed by each process on its
-# own memory); the RL checkpoint is written; generators were stopped cleanly.
+# own memory); the RL checkpoint is written; generators were stopped cleanly;
+# the periodic greedy evaluation (--eval-every 2: after steps 2 and 3) is
+# logged; groups carry the generators' temperature (0.7 here) and the trainer,
+# left without --temperature, trains at it.
 # Usage: rl_loop_smoke.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
 build="$1" source="$2" work="$3"
@@ -19,10 +22,16 @@ field() { sed -n "s/.*\"$1\":\"\{0,1\}\([0-9a-z.]*\).*/\1/p"; }
 for mode in sync async; do
   run="$work/$mode"
   "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode "$mode" --steps 3 --prompts 2 \
-    --group-size 3 --batch-groups 4 -- --keep-zero-variance --idle-timeout 60 --round-timeout 30 \
+    --group-size 3 --batch-groups 4 --temperature 0.7 -- --keep-zero-variance --idle-timeout 60 --round-timeout 30 \
+    --eval-every 2 --eval-tasks 2 \
     >"$work/$mode.log" 2>&1 || fail "$mode: rl-run.sh failed: $(tail -n 5 "$work/$mode.log")"
   [ "$(grep -c '"event":"step"' "$run/trainer.jsonl")" -eq 3 ] || fail "$mode: trainer.jsonl should log 3 steps"
   grep -q "done after 3 steps (version 4)" "$run/trainer.log" || fail "$mode: the trainer did not finish at version 4"
+  [ "$(grep -c '"event":"eval"' "$run/trainer.jsonl")" -eq 2 ] || fail "$mode: expected evals after steps 2 and 3"
+  grep '"event":"eval"' "$run/trainer.jsonl" | grep -q '"tasks":2' || fail "$mode: an eval line without its 2 tasks"
+  [ "$(grep '"event":"step"' "$run/trainer.jsonl" | grep -c '"temperature":0.7')" -eq 3 ] ||
+    fail "$mode: every step should train at the groups' temperature 0.7"
+  grep -q '"correct_rate_before_filter"' "$run/trainer.jsonl" || fail "$mode: no accuracy before the filter"
   grep '"event":"publish"' "$run/trainer.jsonl" | while read -r line; do
     echo "$(echo "$line" | field version) $(echo "$line" | field xxh3)"
   done >"$run/published.txt"

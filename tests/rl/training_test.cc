@@ -507,3 +507,88 @@ TEST_CASE("RL update: one GRPO step raises the rewarded trajectory's log-prob an
   CHECK(reinforce_updater.baseline().value() == Approx(1.0 / 3));
   CHECK_FALSE(updater.update({}).ok());
 }
+
+TEST_CASE("RL update: log-probs are recomputed at the temperature the group carries, and two in a batch are refused",
+          "[rl][training][loss]") {
+  auto model = policy::Transformer::create(tiny_config(), 5);
+  REQUIRE(model.ok());
+  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 43);
+  const zorplex::Task task = generator.next();
+  std::vector<rollout::RolloutRequest> requests(3, rollout::RolloutRequest{task, &generator.tools()});
+  rollout::RolloutOptions sampling;
+  sampling.format = short_prompt();
+  sampling.sampling.max_new_tokens = 20;
+  sampling.sampling.temperature = 0.25;  // the behaviour log-probs are recorded at 0.25
+  auto sampled = rollout::run_rollouts(model.value(), requests, sampling);
+  REQUIRE(sampled.ok());
+  algorithms::TrajectoryGroup group;
+  group.trajectories = sampled.value();
+  group.trajectories[0].score.reward = 1.0;
+  RlUpdateOptions options;
+  options.lr = 0.0;  // measure the ratio only
+  SECTION("at the carried temperature the first step is on-policy: ratio 1") {
+    group.temperature = 0.25;
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group});
+    REQUIRE(report.ok());
+    CHECK(report.value().temperature == 0.25);
+    CHECK(report.value().mean_ratio == Approx(1.0).epsilon(1e-4));
+  }
+  SECTION("claiming another temperature gives ratios far from 1 (what the old fixed --temperature did)") {
+    group.temperature = 1.0;
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group});
+    REQUIRE(report.ok());
+    CHECK(std::abs(report.value().mean_ratio - 1.0) > 0.05);
+  }
+  SECTION("two temperatures in one batch") {
+    algorithms::TrajectoryGroup other = group;
+    group.temperature = 0.25;
+    other.temperature = 0.7;
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group, other});
+    REQUIRE_FALSE(report.ok());
+    CHECK(report.error().message.find("different temperatures") != std::string::npos);
+  }
+}
+
+TEST_CASE("RL update: with PPO minibatches the policies part and the clip acts, with one it never does",
+          "[rl][training][loss]") {
+  auto model = policy::Transformer::create(tiny_config(), 6);
+  REQUIRE(model.ok());
+  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 44);
+  const zorplex::Task task = generator.next();
+  std::vector<rollout::RolloutRequest> requests(8, rollout::RolloutRequest{task, &generator.tools()});
+  rollout::RolloutOptions sampling;
+  sampling.format = short_prompt();
+  sampling.sampling.max_new_tokens = 20;
+  auto sampled = rollout::run_rollouts(model.value(), requests, sampling);
+  REQUIRE(sampled.ok());
+  algorithms::TrajectoryGroup group;
+  group.trajectories = sampled.value();
+  for (std::size_t i = 0; i < group.trajectories.size(); ++i) group.trajectories[i].score.reward = i % 2 == 0;
+  const bool decoupled = GENERATE(false, true);
+  INFO("decoupled " << decoupled);
+  RlUpdateOptions options;
+  options.lr = 3e-2;  // large steps: the ratio moves far within one batch
+  options.loss.decoupled = decoupled;
+  options.loss.behaviour_weight_cap = decoupled ? 5.0 : 0.0;
+  SECTION("one minibatch: on-policy, ratio 1, nothing clipped") {
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group});
+    REQUIRE(report.ok());
+    CHECK(report.value().minibatches == 1);
+    CHECK(report.value().mean_ratio == Approx(1.0).epsilon(1e-4));
+    CHECK(report.value().clipped_fraction == 0.0);
+  }
+  SECTION("four minibatches: four steps, and the later ones see a moved policy") {
+    options.minibatches = 4;
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group});
+    REQUIRE(report.ok());
+    CHECK(report.value().minibatches == 4);
+    CHECK(report.value().clipped_fraction > 0.0);
+    CHECK(std::abs(report.value().mean_ratio - 1.0) > 1e-3);
+    CHECK(report.value().trajectories == 8);
+  }
+}
