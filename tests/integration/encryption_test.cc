@@ -5,18 +5,26 @@
 // plain by mistake, and transports that cannot be encrypted are not used.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <string>
 
+#include "auth/handshake.h"
+#include "auth/integrity.h"
 #include "peers.h"
+#include "raw_peer.h"
 #include "tcp_proxy.h"
 #include "weightsync/publisher.h"
 #include "weightsync/subscriber.h"
 #include "weightsync/transports.h"
 
 using namespace weightsync;
+using namespace weightsync::detail;
 using namespace wstest;
 
 namespace {
@@ -206,4 +214,96 @@ TEST_CASE("encryption: one-sided transports are neither offered nor used", "[enc
     for (const auto& t : available_transports()) built = built || t.name == one_sided;
     if (built) CHECK_THAT(sub.status().message(), Catch::Contains("cannot be encrypted"));
   }
+}
+
+namespace {
+
+// Waits until the publisher closes `s` (EOF or reset on a raw read); false
+// if it is still open after `limit`.
+bool closed_within(const Socket& s, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  std::uint8_t buf[4096];
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = ::recv(s.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+  return false;
+}
+
+// An authenticated control connection that asked for encryption, as the
+// library's client does it, but driven by hand.
+struct RawEncryptedSession {
+  Socket socket;
+  HandshakeOutcome outcome;
+  std::uint64_t session = 0;
+};
+
+RawEncryptedSession raw_encrypted_session(const Publisher& publisher, bool turn_on_records) {
+  RawEncryptedSession r;
+  r.socket = raw_connect(publisher.address());
+  const auto deadline = Deadline::after(std::chrono::seconds(5));
+  auto session = client_handshake(r.socket, kSecret, Role::kControl, 0, "raw", deadline,
+                                  hello_features(Role::kControl, true, true), &r.outcome);
+  REQUIRE(session.ok());
+  r.session = *session;
+  if (turn_on_records) {
+    REQUIRE(enable_encryption(r.socket, kSecret, r.session, r.outcome.client_nonce, r.outcome.server_nonce, false)
+                .ok());
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("hostile peers: an encrypted session's peer that sends plaintext, a forged record, or two requests in "
+          "one record is cut off or served, and a good subscriber is not disturbed",
+          "[encryption][hostile]") {
+  const auto layout = layout_for_test();
+  auto publisher = make_publisher(layout, true);
+  const auto image = random_image(layout.total_bytes(), 5);
+  REQUIRE(publisher->publish(1, image.data(), image.size()).ok());
+  auto good = Subscriber::connect(publisher->address(), options_for(true));
+  REQUIRE(good.ok());
+  std::vector<std::uint8_t> got(layout.total_bytes());
+  const auto deadline = Deadline::after(std::chrono::seconds(5));
+  SECTION("plaintext frames after WELCOME") {
+    auto raw = raw_encrypted_session(*publisher, false);
+    REQUIRE(write_frame(raw.socket, MsgType::kGetLayout, {}, deadline, "p").ok());
+    CHECK(closed_within(raw.socket, std::chrono::seconds(5)));
+  }
+  SECTION("a record under a key of its own making") {
+    auto raw = raw_encrypted_session(*publisher, false);
+    RecordKey forged;
+    forged.key[0] = 7;
+    auto records = RecordLayer::create(forged, forged);
+    REQUIRE(records.ok());
+    raw.socket.enable_records(std::move(*records));
+    REQUIRE(write_frame(raw.socket, MsgType::kGetLayout, {}, deadline, "p").ok());
+    CHECK(closed_within(raw.socket, std::chrono::seconds(5)));
+  }
+  SECTION("two sealed requests packed into one record are both answered") {
+    auto raw = raw_encrypted_session(*publisher, true);
+    auto keys = derive_session_keys(kSecret, raw.session, raw.outcome.client_nonce, raw.outcome.server_nonce);
+    REQUIRE(keys.ok());
+    FrameSeal seal(keys->to_publisher, keys->to_subscriber);
+    std::vector<std::uint8_t> both;
+    for (MsgType type : {MsgType::kGetLayout, MsgType::kGetSlotTable}) {
+      std::vector<std::uint8_t> payload;
+      REQUIRE(seal.seal(type, payload).ok());
+      std::uint8_t header[kFrameHeaderBytes];
+      encode_header(type, static_cast<std::uint32_t>(payload.size()), header);
+      both.insert(both.end(), header, header + kFrameHeaderBytes);
+      both.insert(both.end(), payload.begin(), payload.end());
+    }
+    REQUIRE(send_all(raw.socket, both.data(), both.size(), deadline, "p").ok());
+    REQUIRE(raw.socket.records()->records_sent() == 1);
+    CHECK(read_expected_sealed(raw.socket, &seal, MsgType::kLayout, kMaxReplyPayload, deadline, "p").ok());
+    CHECK(read_expected_sealed(raw.socket, &seal, MsgType::kSlotTable, kMaxReplyPayload, deadline, "p").ok());
+  }
+  auto pulled = (*good)->pull(Destination::contiguous(got.data(), got.size()));
+  REQUIRE(pulled.ok());
+  CHECK(same_tensors(layout, got, image));
+  CHECK(publisher->stats().serving);
 }

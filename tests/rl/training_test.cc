@@ -454,21 +454,38 @@ TEST_CASE("policy loss: the decoupled objective weights by pi_prox / pi_behav an
   CHECK(policy_loss(in, options).loss.item<double>() == Approx(-1.6 / 3));
 }
 
+namespace {
+
+// `count` episodes of one easy compositional task (the first of `task_seed`)
+// sampled by `model` at `temperature`, 20 new tokens a turn, as one group
+// that carries that temperature; rewards all 0.
+algorithms::TrajectoryGroup sampled_group(const policy::Transformer& model, std::int64_t task_seed, int count,
+                                          double temperature = 1.0) {
+  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, task_seed);
+  const zorplex::Task task = generator.next();
+  std::vector<rollout::RolloutRequest> requests(static_cast<std::size_t>(count),
+                                                rollout::RolloutRequest{task, &generator.tools()});
+  rollout::RolloutOptions sampling;
+  sampling.format = short_prompt();
+  sampling.sampling.max_new_tokens = 20;
+  sampling.sampling.temperature = temperature;
+  auto sampled = rollout::run_rollouts(model, requests, sampling);
+  REQUIRE(sampled.ok());
+  algorithms::TrajectoryGroup group;
+  group.trajectories = sampled.value();
+  group.temperature = temperature;
+  for (auto& t : group.trajectories) t.score.reward = 0.0;
+  return group;
+}
+
+}  // namespace
+
 TEST_CASE("RL update: one GRPO step raises the rewarded trajectory's log-prob and lowers the others'",
           "[rl][training][loss]") {
   auto model = policy::Transformer::create(tiny_config(), 4);
   REQUIRE(model.ok());
   // A group of three sampled episodes of one task; only the first is rewarded.
-  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 42);
-  const zorplex::Task task = generator.next();
-  std::vector<rollout::RolloutRequest> requests(3, rollout::RolloutRequest{task, &generator.tools()});
-  rollout::RolloutOptions sampling;
-  sampling.format = short_prompt();
-  sampling.sampling.max_new_tokens = 20;
-  auto sampled = rollout::run_rollouts(model.value(), requests, sampling);
-  REQUIRE(sampled.ok());
-  algorithms::TrajectoryGroup group;
-  group.trajectories = sampled.value();
+  algorithms::TrajectoryGroup group = sampled_group(model.value(), 42, 3);
   group.trajectories[0].score.reward = 1.0;
   group.trajectories[1].score.reward = 0.0;
   group.trajectories[2].score.reward = 0.0;
@@ -512,17 +529,8 @@ TEST_CASE("RL update: log-probs are recomputed at the temperature the group carr
           "[rl][training][loss]") {
   auto model = policy::Transformer::create(tiny_config(), 5);
   REQUIRE(model.ok());
-  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 43);
-  const zorplex::Task task = generator.next();
-  std::vector<rollout::RolloutRequest> requests(3, rollout::RolloutRequest{task, &generator.tools()});
-  rollout::RolloutOptions sampling;
-  sampling.format = short_prompt();
-  sampling.sampling.max_new_tokens = 20;
-  sampling.sampling.temperature = 0.25;  // the behaviour log-probs are recorded at 0.25
-  auto sampled = rollout::run_rollouts(model.value(), requests, sampling);
-  REQUIRE(sampled.ok());
-  algorithms::TrajectoryGroup group;
-  group.trajectories = sampled.value();
+  // The behaviour log-probs are recorded at 0.25.
+  algorithms::TrajectoryGroup group = sampled_group(model.value(), 43, 3, 0.25);
   group.trajectories[0].score.reward = 1.0;
   RlUpdateOptions options;
   options.lr = 0.0;  // measure the ratio only
@@ -556,16 +564,7 @@ TEST_CASE("RL update: with PPO minibatches the policies part and the clip acts, 
           "[rl][training][loss]") {
   auto model = policy::Transformer::create(tiny_config(), 6);
   REQUIRE(model.ok());
-  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 44);
-  const zorplex::Task task = generator.next();
-  std::vector<rollout::RolloutRequest> requests(8, rollout::RolloutRequest{task, &generator.tools()});
-  rollout::RolloutOptions sampling;
-  sampling.format = short_prompt();
-  sampling.sampling.max_new_tokens = 20;
-  auto sampled = rollout::run_rollouts(model.value(), requests, sampling);
-  REQUIRE(sampled.ok());
-  algorithms::TrajectoryGroup group;
-  group.trajectories = sampled.value();
+  algorithms::TrajectoryGroup group = sampled_group(model.value(), 44, 8);
   for (std::size_t i = 0; i < group.trajectories.size(); ++i) group.trajectories[i].score.reward = i % 2 == 0;
   const bool decoupled = GENERATE(false, true);
   INFO("decoupled " << decoupled);
