@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "algorithms/advantages.h"
 #include "channel/group_channel.h"
 #include "generator/weight_source.h"
 #include "loop/policy_weights.h"
@@ -305,10 +304,9 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       if (!sent) return sent.error();
       if (!sent.value()) break;
       ++totals_.groups_sent;
-      // The trainer drops groups whose rewards are all equal: they do not
-      // use up the allowance, or the trainer would wait for groups the
-      // pacing withholds.
-      if (!algorithms::zero_variance(group.rewards())) ++pace_sent_groups_;
+      // Every group uses up the allowance: the trainer consumes zero-variance
+      // groups towards its batch too (algorithms::ReplayBuffer::take).
+      ++pace_sent_groups_;
     }
     const double send_end = loop::wall_clock_seconds();
     if (send_end - send_start > 0.01) timeline_.span("send", send_start, send_end);

@@ -89,7 +89,7 @@ struct GeneratorOptions {
   // only while the groups it sent since it connected, plus this round's,
   // fit in (versions published since + max_ahead_versions) * groups_per_version,
   // and otherwise waits for the next version (at most 10 s: a safety valve).
-  // Groups the trainer will drop for zero variance do not count. 0: no pacing.
+  // Every group counts, zero-variance ones too (the trainer's batch does). 0: no pacing.
   int groups_per_version = 0;
   int max_ahead_versions = 2;
   std::chrono::seconds trainer_timeout{60};

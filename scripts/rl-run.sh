@@ -7,11 +7,16 @@
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
+#          [--trainer-cpus LIST --generator-cpus LIST]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
 # --seed S: another run of the same settings (generators' sampling seed S and
 # task seeds from 200000 + S * 10000000); without it the generators' defaults.
+# --trainer-cpus / --generator-cpus (taskset lists, e.g. 0 and 1): pin the
+# trainer and every generator to those CPUs, as if each had a device of its
+# own (docs/results.md); the trainer then runs one torch thread per CPU of its
+# list. Both or neither.
 # Trainer options after --, e.g. -- --wire-dtype bf16 (docs/rl_loop.md).
 # --hosts: the same run across hosts of a test bed on this machine
 # (scripts/testbed.sh, root only; docs/testbed.md): the trainer in host 0 bound
@@ -33,7 +38,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate="" topology=flat seed=""
+device=cpu hosts="" host_rate="" topology=flat seed="" trainer_cpus="" generator_cpus=""
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +53,8 @@ while [ $# -gt 0 ]; do
     --batch-groups) batch_groups="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
+    --trainer-cpus) trainer_cpus="$2"; shift 2 ;;
+    --generator-cpus) generator_cpus="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
     --hosts) hosts=1; shift ;;
     --host-rate) host_rate="$2"; shift 2 ;;
@@ -68,6 +75,19 @@ case "$topology" in
   tree[1-9]*) fanout="${topology#tree}" ;;
   *) echo "rl-run: --topology must be flat, chain or treeK (e.g. tree2), not '$topology'" >&2; exit 2 ;;
 esac
+# Pinning: both lists or neither; each a taskset list this machine has.
+trainer_pin=() generator_pin=() trainer_threads=2
+if [ -n "$trainer_cpus$generator_cpus" ]; then
+  [ -n "$trainer_cpus" ] && [ -n "$generator_cpus" ] ||
+    { echo "rl-run: --trainer-cpus and --generator-cpus go together" >&2; exit 2; }
+  command -v taskset >/dev/null || { echo "rl-run: pinning needs taskset (util-linux)" >&2; exit 2; }
+  for list in "$trainer_cpus" "$generator_cpus"; do
+    taskset -c "$list" true 2>/dev/null ||
+      { echo "rl-run: '$list' is not a CPU list of this machine (CPUs 0..$(($(nproc --all) - 1)); e.g. 0 or 0-3,8)" >&2; exit 2; }
+  done
+  trainer_pin=(taskset -c "$trainer_cpus") generator_pin=(taskset -c "$generator_cpus")
+  trainer_threads=$(taskset -c "$trainer_cpus" nproc)
+fi
 seed_args=()
 if [ -n "$seed" ]; then
   [[ "$seed" =~ ^[0-9]{1,6}$ ]] || { echo "rl-run: --seed must be a number from 0 to 999999, not '$seed'" >&2; exit 2; }
@@ -128,9 +148,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-(run_on 0 "$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
+(run_on 0 "${trainer_pin[@]}" "$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
   --generators "$generators" --prompts-per-round "$prompts" --temperature "$temperature" \
-  --batch-groups "$batch_groups" --device "$device" --threads 2 --address-file "$out/address.json" \
+  --batch-groups "$batch_groups" --device "$device" --threads "$trainer_threads" --address-file "$out/address.json" \
   "${trainer_bind[@]}" $resume "${extra[@]}") \
   > >(tee -a "$out/trainer.log") 2>&1 &
 trainer_pid=$!
@@ -139,6 +159,10 @@ until [ -s "$out/address.json" ]; do
   kill -0 "$trainer_pid" 2>/dev/null || { wait "$trainer_pid"; echo "rl-run: the trainer exited before serving (see $out/trainer.log)" >&2; exit 1; }
   sleep 0.2
 done
+if [ -n "$trainer_cpus" ]; then  # what the kernel says, not what was asked
+  echo "rl-run: pinned: trainer on CPUs $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$trainer_pid/status")" \
+    "with $trainer_threads torch threads, generators on CPUs $generator_cpus"
+fi
 weights=$(sed -n 's/.*"weights":"\([^"]*\)".*/\1/p' "$out/address.json")
 trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$out/address.json")
 
@@ -159,7 +183,7 @@ for id in $(seq 0 $((generators - 1))); do
       relay=(--relay "$("$WS_TESTBED_SCRIPT" addr "$WS_TESTBED" "$node"):$relay_port")
     fi
   fi
-  (run_on "$node" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
+  (run_on "$node" "${generator_pin[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
     --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &

@@ -45,8 +45,8 @@ TrainerLoop::TrainerLoop(TrainerOptions options, policy::Transformer model, poli
       carried_(std::move(carried)),
       updater_(model_, options_.update),
       buffer_(options_.replay),
-      sampling_(options_.expected_temperature),
-      live_generators_(options_.generators) {}
+      live_generators_(options_.generators),
+      sampling_(options_.expected_temperature) {}
 
 TrainerLoop::~TrainerLoop() = default;
 
@@ -324,11 +324,17 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_b
     const std::atomic<bool>& stop) {
   std::vector<algorithms::TrajectoryGroup> batch;
   last_arrival_ = std::max(last_arrival_, steady_seconds() - 1.0);
+  // A batch is the next batch_groups groups sampled, those without a
+  // learning signal consumed too (ReplayBuffer::take): as many sampled
+  // trajectories per step as a sync round of batch_groups prompts.
   const std::size_t want = static_cast<std::size_t>(options_.batch_groups);
+  const algorithms::ReplayCounters& counters = buffer_.counters();
+  std::size_t consumed = 0;
   while (!stop.load()) {
-    for (algorithms::TrajectoryGroup& g : buffer_.take(want - batch.size(), version_))
-      batch.push_back(std::move(g));
-    if (batch.size() >= want) break;
+    const std::uint64_t before = counters.groups_served + counters.groups_dropped_zero_variance;
+    for (algorithms::TrajectoryGroup& g : buffer_.take(want - consumed, version_)) batch.push_back(std::move(g));
+    consumed += static_cast<std::size_t>(counters.groups_served + counters.groups_dropped_zero_variance - before);
+    if (consumed >= want) break;
     if (steady_seconds() - last_arrival_ > options_.idle_timeout_s) {
       return zorplex::Error{"no trajectories for " +
                             std::to_string(static_cast<int>(options_.idle_timeout_s)) +
@@ -356,6 +362,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
     }
     if (stop.load()) break;
     std::vector<algorithms::TrajectoryGroup> groups = std::move(collected).value();
+    const std::uint64_t sampled = buffer_.counters().trajectories_consumed - consumed_before_;
+    consumed_before_ = buffer_.counters().trajectories_consumed;
     const double train_start = loop::wall_clock_seconds();
     timeline_.span("wait", wait_start, train_start, {{"version", version_}});
 
@@ -420,6 +428,7 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"grad_norm", report.grad_norm},
                      {"groups", groups.size()},
                      {"trajectories", used.size()},
+                     {"trajectories_sampled", sampled},
                      {"tokens", report.tokens},
                      {"reward_mean", report.reward_mean},
                      {"reward_std", report.reward_std},
@@ -494,6 +503,7 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
   summary.steps = step_;
   summary.version = version_;
   summary.trajectories_trained = trajectories_trained_;
+  summary.trajectories_sampled = buffer_.counters().trajectories_consumed;
   summary.trajectories_received = buffer_.counters().trajectories_received;
   summary.wall_seconds = steady_seconds() - run_start;
   summary.stopped = stop.load();

@@ -14,8 +14,10 @@
 //     round_timeout_s after the first group of the round arrived is left out
 //     (and counted back in when it delivers again). Trains on every usable
 //     group of the round.
-//   * async: takes batch_groups usable groups from the replay buffer,
-//     waiting for more as needed (over-sampling past zero-variance drops).
+//   * async: consumes the next batch_groups groups from the replay buffer,
+//     waiting for more as needed, and trains on the usable ones among them:
+//     a step stands for as many sampled groups as a sync round of
+//     batch_groups prompts (zero-variance groups count, stale ones do not).
 //   Groups sampled with a version newer than the current one (from before a
 //   trainer restart) or, in sync, with any other version are dropped and
 //   counted; so are groups sampled at another temperature than the trainer's
@@ -126,6 +128,7 @@ struct TrainerSummary {
   int steps = 0;
   std::uint64_t version = 0;
   std::uint64_t trajectories_trained = 0;
+  std::uint64_t trajectories_sampled = 0;  // of the groups the steps consumed, zero-variance ones too
   std::uint64_t trajectories_received = 0;
   double wall_seconds = 0.0;
   bool stopped = false;  // by a signal
@@ -196,6 +199,7 @@ class TrainerLoop {
   int step_ = 0;
   int live_generators_ = 0;
   std::uint64_t dropped_off_version_ = 0;
+  std::uint64_t consumed_before_ = 0;  // ReplayCounters::trajectories_consumed at the last step
   std::uint64_t rejected_messages_ = 0;
   algorithms::SamplingAgreement sampling_;
   algorithms::OutcomeTally arrived_;  // this step's arrivals, before the zero-variance filter

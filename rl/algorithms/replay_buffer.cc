@@ -12,19 +12,14 @@ std::vector<double> TrajectoryGroup::rewards() const {
   return out;
 }
 
-ReplayBuffer::Added ReplayBuffer::add(TrajectoryGroup group) {
+void ReplayBuffer::add(TrajectoryGroup group) {
   ++counters_.groups_received;
   counters_.trajectories_received += group.trajectories.size();
-  if (options_.drop_zero_variance && zero_variance(group.rewards())) {
-    ++counters_.groups_dropped_zero_variance;
-    return Added::kDroppedZeroVariance;
-  }
   queue_.push_back(std::move(group));
   while (queue_.size() > options_.capacity_groups) {
     queue_.pop_front();
     ++counters_.groups_dropped_overflow;
   }
-  return Added::kQueued;
 }
 
 std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uint64_t current_version) {
@@ -40,9 +35,15 @@ std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uin
     }
   }
   std::vector<TrajectoryGroup> out;
-  while (!queue_.empty() && out.size() < max_groups) {
-    out.push_back(std::move(queue_.front()));
+  for (std::size_t consumed = 0; !queue_.empty() && consumed < max_groups; ++consumed) {
+    TrajectoryGroup group = std::move(queue_.front());
     queue_.pop_front();
+    counters_.trajectories_consumed += group.trajectories.size();
+    if (options_.drop_zero_variance && zero_variance(group.rewards())) {
+      ++counters_.groups_dropped_zero_variance;
+      continue;
+    }
+    out.push_back(std::move(group));
     ++counters_.groups_served;
   }
   return out;

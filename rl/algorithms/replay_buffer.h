@@ -5,14 +5,17 @@
 // - The unit is a group: the G trajectories a generator sampled for one
 //   prompt in one batch, with the policy versions the rollout started and
 //   ended with (a generator pulls only between groups, so all G share them).
-// - add(group): a group whose rewards are all equal carries no learning
-//   signal under group-relative advantages; with drop_zero_variance it is
-//   dropped here and counted. A group beyond capacity_groups pushes out the
-//   oldest one (counted as overflow). Otherwise it is queued, oldest first.
+// - add(group): queues the group, oldest first, and counts it. A group
+//   beyond capacity_groups pushes out the oldest one (counted as overflow).
 // - take(n, current_version): first drops every queued group with
 //   current_version - version_start > max_staleness (counted as stale, and
-//   its trajectories too), then removes and returns up to n groups, oldest
-//   first. The trainer over-samples: it keeps taking until its batch is full.
+//   its trajectories too), then consumes up to n groups, oldest first, and
+//   returns those with a learning signal. A group whose rewards are all equal
+//   carries none under group-relative advantages: with drop_zero_variance it
+//   is consumed, counted and not returned (DAPO/SLIME's filter). It still
+//   counts towards n, so a batch of n stands for n sampled groups whichever
+//   mode filled it: sync (a round of n prompts) and async (the next n groups
+//   to arrive) train on the same number of sampled trajectories.
 // - Counters say how many groups and trajectories came in and went where.
 // - One thread (the trainer's); no locking. Nothing fails.
 #pragma once
@@ -58,15 +61,15 @@ struct ReplayCounters {
   std::uint64_t groups_dropped_stale = 0;
   std::uint64_t trajectories_dropped_stale = 0;
   std::uint64_t groups_dropped_overflow = 0;
-  std::uint64_t groups_served = 0;
+  std::uint64_t groups_served = 0;  // returned by take (zero-variance ones not)
+  std::uint64_t trajectories_consumed = 0;  // of the groups take consumed: served or zero-variance
 };
 
 class ReplayBuffer {
  public:
   explicit ReplayBuffer(ReplayOptions options) : options_(options) {}
 
-  enum class Added { kQueued, kDroppedZeroVariance };
-  Added add(TrajectoryGroup group);
+  void add(TrajectoryGroup group);
   std::vector<TrajectoryGroup> take(std::size_t max_groups, std::uint64_t current_version);
 
   std::size_t size() const { return queue_.size(); }

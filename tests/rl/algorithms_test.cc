@@ -66,18 +66,34 @@ TEST_CASE("advantages: the running-mean baseline", "[rl][algorithms]") {
   CHECK(baseline.value() == Approx(0.55));
 }
 
-TEST_CASE("replay buffer: zero-variance groups are dropped and counted", "[rl][algorithms]") {
+TEST_CASE("replay buffer: zero-variance groups count towards a take's n, and are dropped and counted",
+          "[rl][algorithms]") {
   ReplayBuffer buffer(ReplayOptions{4, true, 16});
-  CHECK(buffer.add(group_with({1.2, 1.2, 1.2, 1.2}, 0)) == ReplayBuffer::Added::kDroppedZeroVariance);
-  CHECK(buffer.add(group_with({0.0, 0.0}, 0)) == ReplayBuffer::Added::kDroppedZeroVariance);
-  CHECK(buffer.add(group_with({1.2, 0.2}, 0)) == ReplayBuffer::Added::kQueued);
-  CHECK(buffer.size() == 1);
-  CHECK(buffer.counters().groups_received == 3);
-  CHECK(buffer.counters().trajectories_received == 8);
+  buffer.add(group_with({1.2, 1.2, 1.2, 1.2}, 0, 0));
+  buffer.add(group_with({0.0, 0.0}, 0, 1));
+  buffer.add(group_with({1.2, 0.2}, 0, 2));
+  buffer.add(group_with({0.0, 1.0}, 0, 3));
+  CHECK(buffer.size() == 4);
+  CHECK(buffer.counters().groups_received == 4);
+  CHECK(buffer.counters().trajectories_received == 10);
+  // The first two sampled groups have no signal: a batch of 2 stands for
+  // them, and has nothing to train on (async must not over-sample past them,
+  // or it trains on more trajectories than a sync round of 2 prompts).
+  CHECK(buffer.take(2, 0).empty());
   CHECK(buffer.counters().groups_dropped_zero_variance == 2);
+  CHECK(buffer.counters().groups_served == 0);
+  const std::vector<TrajectoryGroup> next = buffer.take(3, 0);
+  REQUIRE(next.size() == 2);
+  CHECK(next[0].sequence == 2);
+  CHECK(next[1].sequence == 3);
+  CHECK(buffer.counters().groups_served == 2);
+  CHECK(buffer.counters().trajectories_consumed == 10);
 
+  // Without the filter (REINFORCE with a running baseline) they are served.
   ReplayBuffer keep_all(ReplayOptions{4, false, 16});
-  CHECK(keep_all.add(group_with({1.2, 1.2}, 0)) == ReplayBuffer::Added::kQueued);
+  keep_all.add(group_with({1.2, 1.2}, 0));
+  CHECK(keep_all.take(1, 0).size() == 1);
+  CHECK(keep_all.counters().groups_dropped_zero_variance == 0);
 }
 
 TEST_CASE("replay buffer: groups more than max_staleness versions old are dropped at take",

@@ -7,7 +7,9 @@
 # own memory); the RL checkpoint is written; generators were stopped cleanly;
 # the periodic greedy evaluation (--eval-every 2: after steps 2 and 3) is
 # logged; groups carry the generators' temperature (0.7 here) and the trainer,
-# left without --temperature, trains at it.
+# left without --temperature, trains at it; every step of both modes stands
+# for the same number of sampled trajectories; the async run is pinned
+# (--trainer-cpus, --generator-cpus) and the trainer's affinity checked.
 # Usage: rl_loop_smoke.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
 build="$1" source="$2" work="$3"
@@ -19,19 +21,36 @@ field() { sed -n "s/.*\"$1\":\"\{0,1\}\([0-9a-z.]*\).*/\1/p"; }
 "$build/rl/zorplex-sft" --out "$work/start" --d-model 32 --layers 1 --heads 2 --d-ff 64 --max-seq-len 384 \
   --batch 4 --steps 2 --log-every 1 >"$work/sft.log"
 
+# Pinning is both lists or neither, each one this machine has.
+set +e
+half="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --trainer-cpus 0 2>&1)"; half_rc=$?
+bad="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --trainer-cpus 0 --generator-cpus 100000 2>&1)"
+bad_rc=$?
+set -e
+[ "$half_rc" -eq 2 ] && [[ "$half" == *"go together"* ]] || fail "--trainer-cpus alone: rc $half_rc, '$half'"
+[ "$bad_rc" -eq 2 ] && [[ "$bad" == *"not a CPU list of this machine"* ]] || fail "CPU 100000: rc $bad_rc, '$bad'"
+
 for mode in sync async; do
   run="$work/$mode"
-  "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode "$mode" --steps 3 --prompts 2 \
+  pin=()  # async runs pinned (all on CPU 0: any machine has it)
+  [ "$mode" = sync ] || pin=(--trainer-cpus 0 --generator-cpus 0)
+  "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode "$mode" --steps 3 --prompts 2 "${pin[@]}" \
     --group-size 3 --batch-groups 4 --temperature 0.7 -- --keep-zero-variance --idle-timeout 60 --round-timeout 30 \
     --eval-every 2 --eval-tasks 2 \
     >"$work/$mode.log" 2>&1 || fail "$mode: rl-run.sh failed: $(tail -n 5 "$work/$mode.log")"
   [ "$(grep -c '"event":"step"' "$run/trainer.jsonl")" -eq 3 ] || fail "$mode: trainer.jsonl should log 3 steps"
+  [ "$mode" = sync ] || grep -q "rl-run: pinned: trainer on CPUs 0 with 1 torch threads" "$work/$mode.log" ||
+    fail "async: the trainer should run pinned to CPU 0 with 1 torch thread"
   grep -q "done after 3 steps (version 4)" "$run/trainer.log" || fail "$mode: the trainer did not finish at version 4"
   [ "$(grep -c '"event":"eval"' "$run/trainer.jsonl")" -eq 2 ] || fail "$mode: expected evals after steps 2 and 3"
   grep '"event":"eval"' "$run/trainer.jsonl" | grep -q '"tasks":2' || fail "$mode: an eval line without its 2 tasks"
   [ "$(grep '"event":"step"' "$run/trainer.jsonl" | grep -c '"temperature":0.7')" -eq 3 ] ||
     fail "$mode: every step should train at the groups' temperature 0.7"
   grep -q '"correct_rate_before_filter"' "$run/trainer.jsonl" || fail "$mode: no accuracy before the filter"
+  # A fair comparison: a step of either mode stands for 12 sampled
+  # trajectories (sync: 2 generators x 2 prompts x 3; async: 4 groups x 3).
+  [ "$(grep '"event":"step"' "$run/trainer.jsonl" | grep -c '"trajectories_sampled":12,')" -eq 3 ] ||
+    fail "$mode: every step should stand for 12 sampled trajectories"
   grep '"event":"publish"' "$run/trainer.jsonl" | while read -r line; do
     echo "$(echo "$line" | field version) $(echo "$line" | field xxh3)"
   done >"$run/published.txt"

@@ -29,7 +29,7 @@ echo "trainer: refusing trajectories: generator 1 sampled at temperature 0.7 but
 shows "run: trainer: refusing trajectories: generator 1 sampled at temperature 0.7"
 echo "trainer: step   3/4  version 4  groups 8  reward 0.750  correct 0.70 (all 0.81)  loss -0.0200  staleness 0.5/1  wait 1.0s train 2.0s  elapsed 95s" >&3
 shows "run: step 3/4  reward 0.750  correct 0.70 (all 0.81)  1m35s elapsed, about 31s left"
-echo "trainer: done after 4 steps (version 5): 64 trajectories trained on, 64 received, 120 s" >&3
+echo "trainer: done after 4 steps (version 5): 64 trajectories trained on (of 80 sampled), 80 received, 120 s" >&3
 exec 3>&-
 wait
 grep -qF "run: trainer: done after 4 steps" "$dir/out" || { echo "FAIL: the final line is missing"; cat "$dir/out"; exit 1; }
