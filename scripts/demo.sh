@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main job: the full RL loop on Zorplex over libweightsync, on localhost.
 #   1. the SFT warm start of the policy (cached: $WEIGHTSYNC_CACHE_DIR, default
-#      ~/.cache/weightsync; about 8 minutes on 2 cores the first time),
+#      ~/.cache/weightsync; about 4 minutes on 2 cores the first time),
 #   2. greedy evaluation of that starting policy on 200 held-out tasks,
 #   3. a sync run and an async run of GRPO from it, each a trainer and two
-#      generator processes exchanging weights through libweightsync,
+#      generator processes exchanging weights through libweightsync, the
+#      trainer evaluating greedily on 100 held-out tasks every 10 steps,
 #   4. the same evaluation after each run, then OUT/report.json and the plots
 #      OUT/plots/learning.png and OUT/plots/timeline.png.
 # Usage: scripts/demo.sh [--out DIR] [--steps N] [--generators N] [--sft-steps N]
@@ -29,6 +30,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# The learning curve: the trainer evaluates greedily on 100 held-out tasks
+# every 10 steps and after the last (trainer options go after rl-run's --).
+has_trainer_options=""
+for arg in "${extra[@]}"; do [ "$arg" = -- ] && has_trainer_options=1; done
+[ -n "$has_trainer_options" ] || extra+=(--)
+extra+=(--eval-every 10 --eval-tasks 100)
+
 "$root/scripts/install-deps.sh"
 echo "demo: building trainer, generator and tools (the first build takes several minutes)..."
 "$root/scripts/build.sh" --target trainer generator zorplex-sft zorplex-eval rl-report >/dev/null
@@ -42,7 +50,7 @@ rm -rf "$out/sync" "$out/async" "$out/plots"
 . "$root/scripts/run-secret.sh"
 ws_run_secret "$out" demo  # exported: rl-run.sh and its processes use it
 
-cache="${WEIGHTSYNC_CACHE_DIR:-$HOME/.cache/weightsync}/sft-$sft_steps"
+cache="${WEIGHTSYNC_CACHE_DIR:-$HOME/.cache/weightsync}/sft-v2-$sft_steps"  # v2: rotary, no system prompt
 if [ -f "$cache/policy.safetensors" ]; then
   echo "demo: [$(elapsed)] starting policy: the cached SFT checkpoint $cache"
   "$rl/zorplex-sft" --out "$cache" --resume --steps "$sft_steps" --log-every 100 >/dev/null

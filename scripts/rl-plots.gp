@@ -1,7 +1,8 @@
 # Plots of the RL demo, from rl-report's data files.
 #   gnuplot -e "dir='OUT/plots'" scripts/rl-plots.gp
 # learning.png: the fraction of training episodes solved (sampled at the
-#   generators' temperature; points per step, lines the mean of the last 5
+#   generators' temperature, every one of the step's batch, before the
+#   zero-variance filter; points per step, lines the mean of the last 5
 #   steps) against wall time, sync vs async, the trainer's periodic greedy
 #   evaluations on a fixed held-out subset (trainer --eval-every; squares),
 #   and the full greedy held-out evaluations as horizontal lines. timeline.png: what each process did

@@ -1,6 +1,7 @@
 // rollout/demonstrations.cc: see demonstrations.h.
 #include "rollout/demonstrations.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "zorplex/protocol.h"
@@ -44,8 +45,18 @@ std::string final_turn(const std::string& working, std::int64_t answer, Flaw fla
 
 // "a + b: 0+5+0=5, 3+9+0=12." : the column sums from the ones up, each with
 // the carry in from the column before (the tens of its sum).
-std::string addition_columns(std::int64_t a, std::int64_t b) {
-  std::string text = std::to_string(a) + " + " + std::to_string(b) + ":";
+// padded: both operands written with the wider one's digits, leading
+// zeros filled in ("002 + 100: 2+0+0=2, 0+0+0=0, 0+1+0=1."), so that a
+// column's two digits sit the same distance back in both.
+std::string addition_columns(std::int64_t a, std::int64_t b, bool padded) {
+  std::string left = std::to_string(a);
+  std::string right = std::to_string(b);
+  if (padded) {
+    const std::size_t width = std::max(left.size(), right.size());
+    left.insert(0, width - left.size(), '0');
+    right.insert(0, width - right.size(), '0');
+  }
+  std::string text = left + " + " + right + ":";
   std::int64_t carry = 0;
   for (int column = 0; column == 0 || a > 0 || b > 0; ++column) {
     const std::int64_t da = a % 10;
@@ -81,10 +92,12 @@ std::optional<Demonstration> compositional(const zorplex::Task& task, const zorp
   std::int64_t acc = values[0];
   for (std::size_t i = 1; i < values.size(); ++i) {
     std::int64_t next = apply(task.op, acc, values[i]);
-    const bool columns = arithmetic == Arithmetic::kColumns && task.op == '+' && acc >= 0 && values[i] >= 0;
+    const bool padded = arithmetic == Arithmetic::kPaddedColumns;
+    const bool columns =
+        (arithmetic == Arithmetic::kColumns || padded) && task.op == '+' && acc >= 0 && values[i] >= 0;
     if (flaw == Flaw::kWrongAnswer && i + 1 == values.size()) next += wrong_by(rng);
     if (i > 1) working += columns ? " " : ", ";
-    if (columns) working += addition_columns(acc, values[i]) + " ";
+    if (columns) working += addition_columns(acc, values[i], padded) + " ";
     working +=
         std::to_string(acc) + " " + task.op + " " + std::to_string(values[i]) + " = " + std::to_string(next);
     if (columns) working += ".";
@@ -163,13 +176,19 @@ std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t index) {
 }  // namespace
 
 const char* arithmetic_name(Arithmetic arithmetic) {
-  return arithmetic == Arithmetic::kColumns ? "columns" : "plain";
+  switch (arithmetic) {
+    case Arithmetic::kColumns: return "columns";
+    case Arithmetic::kPaddedColumns: return "padded";
+    case Arithmetic::kPlain: return "plain";
+  }
+  return "?";
 }
 
 zorplex::Result<Arithmetic> parse_arithmetic(const std::string& name) {
   if (name == "columns") return Arithmetic::kColumns;
+  if (name == "padded") return Arithmetic::kPaddedColumns;
   if (name == "plain") return Arithmetic::kPlain;
-  return zorplex::Error{"unknown arithmetic style '" + name + "': expected columns or plain"};
+  return zorplex::Error{"unknown arithmetic style '" + name + "': expected columns, padded or plain"};
 }
 
 const char* flaw_name(Flaw flaw) {

@@ -13,7 +13,9 @@
 //       "30 + 95: 0+5+0=5, 3+9+0=12. 30 + 95 = 125. [ANSWER] 125"
 //       (a small byte-level model learns one-digit sums with a carry far
 //       more easily than whole sums written most significant digit first;
-//       docs/rollouts_and_sft.md). kPlain: "30 + 95 = 125. [ANSWER] 125";
+//       docs/rollouts_and_sft.md). kPaddedColumns: the same with both
+//       operands written as wide as the wider one ("002 + 100: 2+0+0=2,
+//       0+0+0=0, 0+1+0=1. 2 + 100 = 102."). kPlain: "30 + 95 = 125. [ANSWER] 125";
 //     simple / recursive: LOOKUP[word], following every "SEE: x" with
 //       LOOKUP[x], then "[ANSWER] <n>";
 //     multi_step: GETKEY[word], FETCH[key], then "[ANSWER] <n>".
@@ -54,8 +56,8 @@ namespace rollout {
 enum class Flaw { kNone, kWrongAnswer, kNoAnswerTag, kExtraCall, kGuess };
 const char* flaw_name(Flaw flaw);
 
-enum class Arithmetic { kColumns, kPlain };
-const char* arithmetic_name(Arithmetic arithmetic);  // "columns", "plain"
+enum class Arithmetic { kColumns, kPlain, kPaddedColumns };
+const char* arithmetic_name(Arithmetic arithmetic);  // "columns", "plain", "padded"
 zorplex::Result<Arithmetic> parse_arithmetic(const std::string& name);
 
 struct Demonstration {

@@ -184,6 +184,25 @@ TEST_CASE("demonstrations: the arithmetic is written out left to right", "[rl][d
   auto plain = demonstrate(task, generator.tools(), Flaw::kNone, rng, Arithmetic::kPlain);
   REQUIRE(plain);
   CHECK(plain->turns.back() == "30 + 95 = 125. [ANSWER] 125");
+  auto padded = demonstrate(task, generator.tools(), Flaw::kNone, rng, Arithmetic::kPaddedColumns);
+  REQUIRE(padded);
+  CHECK(padded->turns.back() == "30 + 95: 0+5+0=5, 3+9+0=12. 30 + 95 = 125. [ANSWER] 125");  // one width already
+  CHECK(rollout::parse_arithmetic("padded").value() == Arithmetic::kPaddedColumns);
+  CHECK(std::string(rollout::arithmetic_name(Arithmetic::kPaddedColumns)) == "padded");
+  CHECK_FALSE(rollout::parse_arithmetic("wide"));
+
+  // Operands of different widths are padded to the wider one's: seed 44's
+  // table has queen = 100 and night = 2 (the columns the default scratchpad
+  // lets slip).
+  zorplex::TaskGenerator mixed(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 44);
+  const zorplex::Task night_queen = mixed.next();  // night + queen = 102
+  REQUIRE(night_queen.words == std::vector<std::string>{"night", "queen"});
+  auto wide = demonstrate(night_queen, mixed.tools(), Flaw::kNone, rng, Arithmetic::kPaddedColumns);
+  REQUIRE(wide);
+  CHECK(wide->turns.back() == "002 + 100: 2+0+0=2, 0+0+0=0, 0+1+0=1. 2 + 100 = 102. [ANSWER] 102");
+  auto narrow = demonstrate(night_queen, mixed.tools(), Flaw::kNone, rng);
+  REQUIRE(narrow);
+  CHECK(narrow->turns.back() == "2 + 100: 2+0+0=2, 0+0+0=0, 0+1+0=1. 2 + 100 = 102. [ANSWER] 102");
 
   zorplex::TaskGenerator hard(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kHard, 7);
   const zorplex::Task three = hard.next();  // kite * elephant * moon = 1568
