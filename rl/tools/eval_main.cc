@@ -118,10 +118,19 @@ int main(int argc, char** argv) try {
     return kUsageError;
   }
   const policy::Metadata& metadata = contents.value().metadata;
+  // The policy is evaluated with the prompt it was trained on. SFT options
+  // this build cannot read (a newer zorplex-sft's) are an error: the
+  // built-in prompt instead would score a prompt the policy never saw.
   if (app.get_option("--system-prompt")->count() == 0 && metadata.count("sft.options") != 0) {
-    if (auto sft = training::SftOptions::from_json(metadata.at("sft.options"))) {
-      options.rollout.format = sft.value().data.format;
+    auto sft = training::SftOptions::from_json(metadata.at("sft.options"));
+    if (!sft) {
+      std::cerr << "zorplex-eval: " << file << ": the checkpoint's SFT options cannot be read ("
+                << sft.error().message
+                << "); rebuild zorplex-eval from the source that wrote it, or pass --system-prompt to say which "
+                   "prompt to evaluate with\n";
+      return kUsageError;
     }
+    options.rollout.format = sft.value().data.format;
   }
   warn_if_not_held_out(metadata, options);
   std::printf("evaluating %s on %d %s tasks (seed %lld), batch %d, %s\n", file.c_str(), options.count,
