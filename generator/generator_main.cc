@@ -131,6 +131,7 @@ int main(int argc, char** argv) try {
     return 2;
   }
   options.task = mix.value();
+  std::printf("generator %u: sampling %s tasks\n", options.id, rollout::task_mix_name(options.task).c_str());
 
   policy::configure_cpu_threads(threads);
   std::signal(SIGINT, on_signal);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The main job: the full RL loop on Zorplex over libweightsync, on localhost.
 #   1. the SFT warm start of the policy (cached: $WEIGHTSYNC_CACHE_DIR, default
-#      ~/.cache/weightsync; about 4 minutes on 2 cores the first time),
-#   2. greedy evaluation of that starting policy on 200 held-out tasks,
-#   3. a sync run and an async run of GRPO from it, each a trainer and two
-#      generator processes exchanging weights through libweightsync, the
-#      trainer evaluating greedily on 100 held-out tasks every 10 steps,
-#   4. the same evaluation after each run, then OUT/report.json and the plots
+#      ~/.cache/weightsync; about 7 minutes on 2 cores the first time),
+#   2. greedy evaluation of that starting policy on 200 held-out easy tasks
+#      (the targets') and 200 medium ones,
+#   3. a sync run and an async run of GRPO from it on medium tasks (+, -, *),
+#      each a trainer and two generator processes exchanging weights through
+#      libweightsync, the trainer evaluating greedily on 100 held-out easy
+#      tasks every 10 steps,
+#   4. the same evaluations after each run, then OUT/report.json and the plots
 #      OUT/plots/learning.png and OUT/plots/timeline.png.
 # Usage: scripts/demo.sh [--out DIR] [--steps N] [--generators N] [--sft-steps N]
 #        (default --out build/demo; rl-run.sh options after --)
@@ -16,7 +18,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 
-out="$build/demo" steps=40 generators=2 sft_steps=1000
+out="$build/demo" steps=40 generators=2 sft_steps=1500
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,7 +52,8 @@ rm -rf "$out/sync" "$out/async" "$out/plots"
 . "$root/scripts/run-secret.sh"
 ws_run_secret "$out" demo  # exported: rl-run.sh and its processes use it
 
-cache="${WEIGHTSYNC_CACHE_DIR:-$HOME/.cache/weightsync}/sft-v2-$sft_steps"  # v2: rotary, no system prompt
+# v3: rotary, no system prompt, medium tasks in columns (zorplex-sft's defaults)
+cache="${WEIGHTSYNC_CACHE_DIR:-$HOME/.cache/weightsync}/sft-v3-$sft_steps"
 if [ -f "$cache/policy.safetensors" ]; then
   echo "demo: [$(elapsed)] starting policy: the cached SFT checkpoint $cache"
   "$rl/zorplex-sft" --out "$cache" --resume --steps "$sft_steps" --log-every 100 >/dev/null
@@ -60,17 +63,22 @@ else
   "$rl/zorplex-sft" --out "$cache" --steps "$sft_steps" --log-every 100
 fi
 
-evaluate() {  # evaluate NAME CHECKPOINT
+evaluate() {  # evaluate NAME CHECKPOINT: easy (eval-NAME.json) and medium (eval-medium-NAME.json)
   "$rl/zorplex-eval" --checkpoint "$2" --json "$out/eval-$1.json" > "$out/eval-$1.log" 2>&1
-  sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' "$out/eval-$1.json" | head -n 1 |
-    awk -v name="$1" -v t="$(elapsed)" '{ printf "demo: [%s] eval %-12s accuracy %.1f%% (200 held-out tasks, greedy)\n", t, name, 100 * $1 }'
+  "$rl/zorplex-eval" --checkpoint "$2" --difficulty medium --json "$out/eval-medium-$1.json" \
+    > "$out/eval-medium-$1.log" 2>&1
+  local easy medium
+  easy=$(sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' "$out/eval-$1.json" | head -n 1)
+  medium=$(sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' "$out/eval-medium-$1.json" | head -n 1)
+  awk -v name="$1" -v t="$(elapsed)" -v e="$easy" -v m="$medium" 'BEGIN {
+    printf "demo: [%s] eval %-12s accuracy %.1f%% easy, %.1f%% medium (200 held-out tasks each, greedy)\n", t, name, 100 * e, 100 * m }'
 }
 evaluate before "$cache"
 
 for mode in sync async; do
   echo "demo: [$(elapsed)] $mode run: trainer + $generators generators, $steps steps (logs in $out/$mode)"
   "$root/scripts/rl-run.sh" --start "$cache" --out "$out/$mode" --mode "$mode" --steps "$steps" \
-    --generators "$generators" "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
+    --generators "$generators" --task compositional:medium "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
   evaluate "after-$mode" "$out/$mode"
 done
 

@@ -7,10 +7,13 @@
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
+#          [--task KIND[:DIFFICULTY]]
 #          [--trainer-cpus LIST --generator-cpus LIST]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
+# --task: what the generators sample (default compositional:easy, e.g.
+# compositional:medium); the trainer's held-out evaluation stays on easy.
 # --seed S: another run of the same settings (generators' sampling seed S and
 # task seeds from 200000 + S * 10000000); without it the generators' defaults.
 # --trainer-cpus / --generator-cpus (taskset lists, e.g. 0 and 1): pin the
@@ -38,7 +41,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate="" topology=flat seed="" trainer_cpus="" generator_cpus=""
+device=cpu hosts="" host_rate="" topology=flat seed="" trainer_cpus="" generator_cpus="" task=compositional:easy
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
     --batch-groups) batch_groups="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
+    --task) task="$2"; shift 2 ;;
     --trainer-cpus) trainer_cpus="$2"; shift 2 ;;
     --generator-cpus) generator_cpus="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
@@ -93,6 +97,8 @@ if [ -n "$seed" ]; then
   [[ "$seed" =~ ^[0-9]{1,6}$ ]] || { echo "rl-run: --seed must be a number from 0 to 999999, not '$seed'" >&2; exit 2; }
   seed_args=(--seed "$seed" --task-seed-base $((200000 + seed * 10000000)))
 fi
+[[ "$task" =~ ^(simple|multi_step|recursive|compositional(:(easy|medium|hard))?)$ ]] ||
+  { echo "rl-run: --task must be simple, multi_step, recursive or compositional[:easy|medium|hard], not '$task'" >&2; exit 2; }
 [ "$topology" = flat ] || [ -n "$hosts" ] || { echo "rl-run: --topology $topology needs --hosts" >&2; exit 2; }
 # on_host I CMD...: CMD in host I of the bed (--hosts), else here.
 on_host=()
@@ -185,7 +191,7 @@ for id in $(seq 0 $((generators - 1))); do
   fi
   (run_on "$node" "${generator_pin[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
+    --groups-per-version "$share" --max-ahead 2 --task "$task" --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done

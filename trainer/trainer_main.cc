@@ -55,7 +55,7 @@ int main(int argc, char** argv) try {
   std::string start_dir;
   std::string mode = "async";
   bool resume = false;
-  int sft_steps = 1000;
+  int sft_steps = training::recommended_warm_start().steps;
   int threads = 0;
   double lr = 5e-5;
   double clip = 0.2;

@@ -20,7 +20,7 @@ zorplex::Result<bool> ensure_warm_start(const std::string& dir, int steps, const
     std::printf("trainer: resuming the SFT warm start in %s at step %d/%d\n", dir.c_str(),
                 sft->completed_steps(), sft->options().steps);
   } else {
-    training::SftOptions options;
+    training::SftOptions options = training::recommended_warm_start();  // zorplex-sft's defaults
     options.steps = steps;
     auto created = training::SftTrainer::create(options);
     if (!created) return created.error();

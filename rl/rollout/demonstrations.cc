@@ -2,6 +2,7 @@
 #include "rollout/demonstrations.h"
 
 #include <algorithm>
+#include <utility>
 #include <stdexcept>
 
 #include "zorplex/protocol.h"
@@ -43,12 +44,10 @@ std::string final_turn(const std::string& working, std::int64_t answer, Flaw fla
   return working.empty() ? tag : working + " " + tag;
 }
 
-// "a + b: 0+5+0=5, 3+9+0=12." : the column sums from the ones up, each with
-// the carry in from the column before (the tens of its sum).
-// padded: both operands written with the wider one's digits, leading
-// zeros filled in ("002 + 100: 2+0+0=2, 0+0+0=0, 0+1+0=1."), so that a
-// column's two digits sit the same distance back in both.
-std::string addition_columns(std::int64_t a, std::int64_t b, bool padded) {
+// Both operands written with the wider one's digits, leading zeros filled in
+// ("002", "100"), so that a column's two digits sit the same distance back in
+// both (Arithmetic::kPaddedColumns).
+std::pair<std::string, std::string> operand_texts(std::int64_t a, std::int64_t b, bool padded) {
   std::string left = std::to_string(a);
   std::string right = std::to_string(b);
   if (padded) {
@@ -56,19 +55,103 @@ std::string addition_columns(std::int64_t a, std::int64_t b, bool padded) {
     left.insert(0, width - left.size(), '0');
     right.insert(0, width - right.size(), '0');
   }
-  std::string text = left + " + " + right + ":";
+  return {left, right};
+}
+
+// "0+5+0=5, 3+9+0=12": the column sums from the ones up, each with the carry
+// in from the column before (the tens of its sum). a, b >= 0.
+std::string addition_steps(std::int64_t a, std::int64_t b) {
+  std::string text;
   std::int64_t carry = 0;
   for (int column = 0; column == 0 || a > 0 || b > 0; ++column) {
     const std::int64_t da = a % 10;
     const std::int64_t db = b % 10;
     const std::int64_t sum = da + db + carry;
-    text += (column == 0 ? " " : ", ") + std::to_string(da) + "+" + std::to_string(db) + "+" +
+    text += (column == 0 ? "" : ", ") + std::to_string(da) + "+" + std::to_string(db) + "+" +
             std::to_string(carry) + "=" + std::to_string(sum);
     carry = sum / 10;
     a /= 10;
     b /= 10;
   }
-  return text + ".";
+  return text;
+}
+
+// "a + b: 0+5+0=5, 3+9+0=12." (padded: "002 + 100: 2+0+0=2, ...").
+std::string addition_columns(std::int64_t a, std::int64_t b, bool padded) {
+  const auto [left, right] = operand_texts(a, b, padded);
+  return left + " + " + right + ": " + addition_steps(a, b) + ".";
+}
+
+// "72 - 35: 12-5-0=7, 7-3-1=3." : from the ones up, each column's top digit
+// (with 10 added when it must borrow, which the next column pays back as
+// its third term) minus the bottom digit minus the borrow in. a >= b >= 0.
+std::string subtraction_steps(std::int64_t a, std::int64_t b) {
+  std::string text;
+  std::int64_t borrow = 0;
+  for (int column = 0; column == 0 || a > 0 || b > 0; ++column) {
+    const std::int64_t da = a % 10;
+    const std::int64_t db = b % 10;
+    const bool borrows = da < db + borrow;
+    const std::int64_t top = da + (borrows ? 10 : 0);
+    text += (column == 0 ? "" : ", ") + std::to_string(top) + "-" + std::to_string(db) + "-" +
+            std::to_string(borrow) + "=" + std::to_string(top - db - borrow);
+    borrow = borrows ? 1 : 0;
+    a /= 10;
+    b /= 10;
+  }
+  return text;
+}
+
+// a >= b: "72 - 35: 12-5-0=7, 7-3-1=3."; a < b, the difference the other way
+// round, negated: "35 - 72 = -(72 - 35). 72 - 35: 12-5-0=7, 7-3-1=3."
+std::string subtraction_columns(std::int64_t a, std::int64_t b, bool padded) {
+  if (a < b) {
+    return std::to_string(a) + " - " + std::to_string(b) + " = -(" + std::to_string(b) + " - " +
+           std::to_string(a) + "). " + subtraction_columns(b, a, padded);
+  }
+  const auto [left, right] = operand_texts(a, b, padded);
+  return left + " - " + right + ": " + subtraction_steps(a, b) + ".";
+}
+
+// "47*6: 7*6+0=42, 4*6+4=28" : a times one digit, from a's ones up, each
+// digit's product plus the carry in (the tens of the step before).
+std::string digit_product_steps(std::int64_t a, std::int64_t digit) {
+  std::string text = std::to_string(a) + "*" + std::to_string(digit) + ":";
+  std::int64_t carry = 0;
+  for (int column = 0; column == 0 || a > 0; ++column) {
+    const std::int64_t value = (a % 10) * digit + carry;
+    text += (column == 0 ? " " : ", ") + std::to_string(a % 10) + "*" + std::to_string(digit) + "+" +
+            std::to_string(carry) + "=" + std::to_string(value);
+    carry = value / 10;
+    a /= 10;
+  }
+  return text;
+}
+
+// b < 10: "47 * 6: 47*6: 7*6+0=42, 4*6+4=28."
+// b < 100: the two partial products, then their sum in columns:
+// "47 * 36: 47*6: 7*6+0=42, 4*6+4=28; 47*3: 7*3+0=21, 4*3+2=14;
+//  282 + 1410: 2+0+0=2, 8+1+0=9, 2+4+0=6, 0+1+0=1." a >= 0, 0 <= b < 100.
+std::string multiplication_columns(std::int64_t a, std::int64_t b) {
+  std::string text = std::to_string(a) + " * " + std::to_string(b) + ": " + digit_product_steps(a, b % 10);
+  if (b < 10) return text + ".";
+  const std::int64_t ones = a * (b % 10);
+  const std::int64_t tens = a * (b / 10) * 10;
+  return text + "; " + digit_product_steps(a, b / 10) + "; " + std::to_string(ones) + " + " +
+         std::to_string(tens) + ": " + addition_steps(ones, tens) + ".";
+}
+
+// The column working for acc op value, or "" where there is none (plain
+// arithmetic, a negative operand, a multiplier of three digits).
+std::string column_working(char op, std::int64_t a, std::int64_t b, Arithmetic arithmetic) {
+  const bool padded = arithmetic == Arithmetic::kPaddedColumns;
+  if (arithmetic == Arithmetic::kPlain || a < 0 || b < 0) return "";
+  switch (op) {
+    case '+': return addition_columns(a, b, padded);
+    case '-': return subtraction_columns(a, b, padded);
+    case '*': return b < 100 ? multiplication_columns(a, b) : "";
+    default: return "";
+  }
 }
 
 std::optional<Demonstration> compositional(const zorplex::Task& task, const zorplex::Toolbox& tools,
@@ -92,12 +175,11 @@ std::optional<Demonstration> compositional(const zorplex::Task& task, const zorp
   std::int64_t acc = values[0];
   for (std::size_t i = 1; i < values.size(); ++i) {
     std::int64_t next = apply(task.op, acc, values[i]);
-    const bool padded = arithmetic == Arithmetic::kPaddedColumns;
-    const bool columns =
-        (arithmetic == Arithmetic::kColumns || padded) && task.op == '+' && acc >= 0 && values[i] >= 0;
+    const std::string steps = column_working(task.op, acc, values[i], arithmetic);
+    const bool columns = !steps.empty();
     if (flaw == Flaw::kWrongAnswer && i + 1 == values.size()) next += wrong_by(rng);
     if (i > 1) working += columns ? " " : ", ";
-    if (columns) working += addition_columns(acc, values[i], padded) + " ";
+    if (columns) working += steps + " ";
     working +=
         std::to_string(acc) + " " + task.op + " " + std::to_string(values[i]) + " = " + std::to_string(next);
     if (columns) working += ".";

@@ -15,7 +15,16 @@
 //       more easily than whole sums written most significant digit first;
 //       docs/rollouts_and_sft.md). kPaddedColumns: the same with both
 //       operands written as wide as the wider one ("002 + 100: 2+0+0=2,
-//       0+0+0=0, 0+1+0=1. 2 + 100 = 102."). kPlain: "30 + 95 = 125. [ANSWER] 125";
+//       0+0+0=0, 0+1+0=1. 2 + 100 = 102."). Subtractions and
+//       multiplications of non-negative numbers get columns too:
+//       "72 - 35: 12-5-0=7, 7-3-1=3. 72 - 35 = 37." (each column's top
+//       digit with the 10 it borrows, minus the bottom digit, minus the
+//       borrow in; a smaller minuend subtracts the other way round, negated:
+//       "35 - 72 = -(72 - 35). 72 - 35: ... 35 - 72 = -37."), and
+//       "47 * 36: 47*6: 7*6+0=42, 4*6+4=28; 47*3: 7*3+0=21, 4*3+2=14;
+//       282 + 1410: 2+0+0=2, ... 47 * 36 = 1692." (one partial product per
+//       digit of a multiplier below 100, then their sum in columns).
+//       kPlain: "30 + 95 = 125. [ANSWER] 125";
 //     simple / recursive: LOOKUP[word], following every "SEE: x" with
 //       LOOKUP[x], then "[ANSWER] <n>";
 //     multi_step: GETKEY[word], FETCH[key], then "[ANSWER] <n>".

@@ -122,6 +122,16 @@ zorplex::Result<SftOptions> SftOptions::from_json(const std::string& text) try {
   return zorplex::Error{std::string("SFT options are not valid JSON of the expected shape: ") + e.what()};
 }
 
+SftOptions recommended_warm_start() {
+  SftOptions options;
+  options.model.positions = policy::PositionEncoding::kRotary;
+  options.data.format.system_prompt = "";
+  options.data.arithmetic = rollout::Arithmetic::kColumns;
+  options.data.mix = {rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kMedium}};
+  options.steps = 1500;
+  return options;
+}
+
 double learning_rate(const SftOptions& options, int step) {
   if (step < options.warmup_steps) return options.lr * (step + 1) / options.warmup_steps;
   const int decay_steps = options.steps - options.warmup_steps;

@@ -52,6 +52,13 @@ struct SftOptions {
 
 double learning_rate(const SftOptions& options, int step);
 
+// The measured best warm start (docs/results.md, issue 19), the default of
+// zorplex-sft and of the trainer's own warm start: rotary positions, no
+// system prompt, column arithmetic, demonstrations of compositional medium
+// tasks (+, - and *: 100% on held-out easy tasks and 82% on medium ones),
+// 1500 steps. The plain SftOptions{} keeps the library's neutral defaults.
+SftOptions recommended_warm_start();
+
 struct SftStepReport {
   int step = 0;  // the step just taken (1-based count of completed steps)
   double loss = 0.0;

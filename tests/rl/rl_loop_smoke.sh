@@ -9,7 +9,8 @@
 # logged; groups carry the generators' temperature (0.7 here) and the trainer,
 # left without --temperature, trains at it; every step of both modes stands
 # for the same number of sampled trajectories; the async run is pinned
-# (--trainer-cpus, --generator-cpus) and the trainer's affinity checked;
+# (--trainer-cpus, --generator-cpus) and the trainer's affinity checked, and
+# samples medium tasks (--task), which its generators say;
 # rl-report's accuracy figures over both runs.
 # Usage: rl_loop_smoke.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
@@ -27,7 +28,9 @@ set +e
 half="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --trainer-cpus 0 2>&1)"; half_rc=$?
 bad="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --trainer-cpus 0 --generator-cpus 100000 2>&1)"
 bad_rc=$?
+task="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --task compositional:tricky 2>&1)"; task_rc=$?
 set -e
+[ "$task_rc" -eq 2 ] && [[ "$task" == *"--task must be"* ]] || fail "--task compositional:tricky: rc $task_rc, '$task'"
 [ "$half_rc" -eq 2 ] && [[ "$half" == *"go together"* ]] || fail "--trainer-cpus alone: rc $half_rc, '$half'"
 [ "$bad_rc" -eq 2 ] && [[ "$bad" == *"not a CPU list of this machine"* ]] || fail "CPU 100000: rc $bad_rc, '$bad'"
 
@@ -35,7 +38,9 @@ for mode in sync async; do
   run="$work/$mode"
   pin=()  # async runs pinned (all on CPU 0: any machine has it)
   [ "$mode" = sync ] || pin=(--trainer-cpus 0 --generator-cpus 0)
-  "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode "$mode" --steps 3 --prompts 2 "${pin[@]}" \
+  task=compositional:easy  # async samples medium tasks (rl-run.sh --task)
+  [ "$mode" = sync ] || task=compositional:medium
+  "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode "$mode" --steps 3 --prompts 2 "${pin[@]}" --task "$task" \
     --group-size 3 --batch-groups 4 --temperature 0.7 -- --keep-zero-variance --idle-timeout 60 --round-timeout 30 \
     --eval-every 2 --eval-tasks 2 \
     >"$work/$mode.log" 2>&1 || fail "$mode: rl-run.sh failed: $(tail -n 5 "$work/$mode.log")"
@@ -67,6 +72,7 @@ for mode in sync async; do
     [ "$mode" = async ] || [ "$pulls" -ge 3 ] || fail "sync: generator $g should pull every version it trained on"
     grep -q '"event":"round"' "$run/generator-$g.jsonl" || fail "$mode: generator $g logged no round"
     grep -q "generator $g: stopped after" "$run/generator-$g.log" || fail "$mode: generator $g did not stop cleanly"
+    grep -q "generator $g: sampling $task tasks" "$run/generator-$g.log" || fail "$mode: generator $g did not sample $task"
   done
   [ -s "$run/policy.safetensors" ] && [ -s "$run/optimizer-step3.safetensors" ] || fail "$mode: no RL checkpoint at step 3"
   "$build/rl/zorplex-eval" --checkpoint "$run" --count 2 --batch 2 >"$run/eval.log" 2>&1 ||

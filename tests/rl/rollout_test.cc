@@ -5,6 +5,8 @@
 // function of its options, and the summary counts what it says.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -252,6 +254,149 @@ TEST_CASE("demonstrations: column sums carry correctly and compose to the total"
     }
   }
   CHECK(three_digit > 0);  // a value of 100 was among them
+}
+
+namespace {
+
+// "x op y = z" pieces of a column step such as "12-5-0=7" or "7*6+4=46".
+struct ColumnStep {
+  std::int64_t first, second, third, result;
+};
+
+// The steps of a column list "12-5-0=7, 7-3-1=3" written with the two
+// operator characters op1 and op2; empty when the text is not of that shape.
+std::vector<ColumnStep> column_steps(const std::string& text, char op1, char op2) {
+  std::vector<ColumnStep> steps;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    ColumnStep step{};
+    char a = 0, b = 0, eq = 0;
+    int used = 0;
+    long long first = 0, second = 0, third = 0, result = 0;
+    if (std::sscanf(text.c_str() + at, "%lld%c%lld%c%lld%c%lld%n", &first, &a, &second, &b, &third, &eq, &result,
+                    &used) != 7 ||
+        a != op1 || b != op2 || eq != '=') {
+      return {};
+    }
+    step = {first, second, third, result};
+    steps.push_back(step);
+    at += static_cast<std::size_t>(used);
+    if (text.compare(at, 2, ", ") == 0) at += 2;
+    else if (at != text.size()) return {};
+  }
+  return steps;
+}
+
+// The text between "<head>: " and the next '.' or ';' after it.
+std::string section(const std::string& text, const std::string& head) {
+  const std::size_t start = text.find(head + ": ");
+  if (start == std::string::npos) return "";
+  const std::size_t from = start + head.size() + 2;
+  return text.substr(from, text.find_first_of(".;", from) - from);
+}
+
+}  // namespace
+
+TEST_CASE("demonstrations: subtraction borrows and multiplication's partial products compose to the answer",
+          "[rl][demonstrations]") {
+  // Every column is checked against the arithmetic it claims, not against a
+  // second copy of the formatter: a subtraction's columns are top digit
+  // (plus 10 when it borrows) minus bottom digit minus the borrow in, their
+  // results are the digits of |a - b|; a multiplication's steps are digit x
+  // digit + carry, composing to each partial product, and the partial
+  // products' columns sum to a * b. 600 medium tasks hold about 200 of each.
+  std::mt19937_64 rng(0);
+  int subtractions = 0, negative = 0, borrows = 0, multiplications = 0, two_digit_multipliers = 0;
+  for (std::int64_t seed = 0; seed < 200; ++seed) {
+    zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kMedium, seed);
+    for (int i = 0; i < 3; ++i) {
+      const zorplex::Task task = generator.next();
+      auto demo = demonstrate(task, generator.tools(), Flaw::kNone, rng);
+      REQUIRE(demo);
+      const std::string& text = demo->turns.back();
+      INFO(text);
+      const std::int64_t a = *generator.tools().execute({zorplex::kLookup, task.words[0]}).number;
+      const std::int64_t b = *generator.tools().execute({zorplex::kLookup, task.words[1]}).number;
+      REQUIRE(task.answer);
+      const std::string answer = std::to_string(*task.answer);
+      const std::string ending = " = " + answer + ". [ANSWER] " + answer;
+      REQUIRE(text.size() > ending.size());
+      CHECK(text.substr(text.size() - ending.size()) == ending);
+      if (task.op == '-') {
+        ++subtractions;
+        const std::int64_t top = std::max(a, b), bottom = std::min(a, b);
+        if (a < b) {
+          ++negative;
+          CHECK(text.find(std::to_string(a) + " - " + std::to_string(b) + " = -(" + std::to_string(b) + " - " +
+                          std::to_string(a) + "). ") == 0);
+        }
+        const auto steps = column_steps(section(text, std::to_string(top) + " - " + std::to_string(bottom)), '-', '-');
+        REQUIRE_FALSE(steps.empty());
+        std::int64_t x = top, y = bottom, borrow = 0, difference = 0, scale = 1;
+        for (const ColumnStep& step : steps) {
+          CHECK(step.first % 10 == x % 10);  // the top digit, 10 added or not
+          CHECK(step.first - step.first % 10 == (step.first >= 10 ? 10 : 0));
+          CHECK(step.second == y % 10);
+          CHECK(step.third == borrow);
+          CHECK(step.result == step.first - step.second - step.third);
+          CHECK(step.result >= 0);
+          CHECK(step.result <= 9);
+          borrow = step.first >= 10 ? 1 : 0;
+          borrows += borrow;
+          difference += step.result * scale;
+          scale *= 10;
+          x /= 10;
+          y /= 10;
+        }
+        CHECK(borrow == 0);
+        CHECK(difference == top - bottom);
+        CHECK(task.answer == a - b);
+      } else if (task.op == '*' && b >= 100) {
+        CHECK(text.find(':') == std::string::npos);  // a three-digit multiplier: written plain
+      } else if (task.op == '*') {
+        ++multiplications;
+        std::vector<std::int64_t> partials;
+        std::vector<std::int64_t> digits{b % 10};
+        if (b >= 10) digits.push_back(b / 10);
+        for (std::int64_t digit : digits) {
+          const auto steps = column_steps(section(text, std::to_string(a) + "*" + std::to_string(digit)), '*', '+');
+          REQUIRE_FALSE(steps.empty());
+          std::int64_t x = a, carry = 0, product = 0, scale = 1;
+          for (std::size_t k = 0; k < steps.size(); ++k) {
+            CHECK(steps[k].first == x % 10);
+            CHECK(steps[k].second == digit);
+            CHECK(steps[k].third == carry);
+            CHECK(steps[k].result == steps[k].first * steps[k].second + steps[k].third);
+            carry = steps[k].result / 10;
+            product += (k + 1 == steps.size() ? steps[k].result : steps[k].result % 10) * scale;
+            scale *= 10;
+            x /= 10;
+          }
+          CHECK(product == a * digit);
+          partials.push_back(product);
+        }
+        if (b >= 10) {
+          ++two_digit_multipliers;
+          const std::string sum_head = std::to_string(partials[0]) + " + " + std::to_string(partials[1] * 10);
+          const auto steps = column_steps(section(text, sum_head), '+', '+');
+          REQUIRE_FALSE(steps.empty());
+          std::int64_t total = 0, scale = 1;
+          for (std::size_t k = 0; k < steps.size(); ++k) {
+            CHECK(steps[k].result == steps[k].first + steps[k].second + steps[k].third);
+            total += (k + 1 == steps.size() ? steps[k].result : steps[k].result % 10) * scale;
+            scale *= 10;
+          }
+          CHECK(total == a * b);
+        }
+        CHECK(task.answer == a * b);
+      }
+    }
+  }
+  CHECK(subtractions > 100);
+  CHECK(negative > 20);
+  CHECK(borrows > 20);
+  CHECK(multiplications > 100);
+  CHECK(two_digit_multipliers > 50);
 }
 
 TEST_CASE("demonstrations: each flaw breaks what it names", "[rl][demonstrations]") {

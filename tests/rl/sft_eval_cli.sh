@@ -8,7 +8,7 @@ set -euo pipefail
 sft="$1" eval="$2" work="$3"
 rm -rf "$work" && mkdir -p "$work"
 export OPENBLAS_NUM_THREADS=1
-tiny=(--d-model 32 --layers 1 --heads 2 --d-ff 64 --max-seq-len 256 --batch 4 --system-prompt "Use LOOKUP.")
+tiny=(--d-model 32 --layers 1 --heads 2 --d-ff 64 --max-seq-len 384 --batch 4 --system-prompt "Use LOOKUP.")
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$sft" --out "$work/run" "${tiny[@]}" --steps 4 --save-every 2 --log-every 1 >"$work/first.log"
