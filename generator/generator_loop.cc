@@ -220,6 +220,7 @@ zorplex::Result<bool> GeneratorLoop::send(const algorithms::TrajectoryGroup& gro
 }
 
 zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& stop) {
+  if (options_.tasks.empty()) return zorplex::Error{"no task kind to sample (GeneratorOptions::tasks is empty)"};
   channel::ChannelOptions channel_options;
   channel_options.secret = options_.secret;
   auto sender = channel::GroupSender::connect(options_.trajectory_endpoint, channel_options);
@@ -244,16 +245,33 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
     std::vector<std::uint64_t> task_seeds;
     std::vector<rollout::RolloutRequest> requests;
     for (int p = 0; p < options_.prompts; ++p) {
+      const rollout::TaskMix& kind = options_.tasks[next_task_ % options_.tasks.size()];
       const std::uint64_t seed = static_cast<std::uint64_t>(options_.task_seed_base) +
                                  std::uint64_t{options_.id} * 1000000u + next_task_++;
       task_seeds.push_back(seed);
-      sources.emplace_back(options_.task.kind, options_.task.difficulty, static_cast<std::int64_t>(seed));
+      sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(seed));
     }
+    std::vector<std::uint64_t> task_indices;
+    std::string operators;  // each prompt's operator ('.' for kinds without one), for the round log
+    int carries_total = 0;
     for (int p = 0; p < options_.prompts; ++p) {
-      const zorplex::Task task = sources[static_cast<std::size_t>(p)].next();
-      for (int g = 0; g < options_.group_size; ++g) {
-        requests.push_back({task, &sources[static_cast<std::size_t>(p)].tools()});
+      zorplex::TaskGenerator& source = sources[static_cast<std::size_t>(p)];
+      zorplex::Task task = source.next();
+      std::uint64_t index = 0;
+      int carries = options_.carry_candidates > 1 ? rollout::carries_in(task, source.tools()) : 0;
+      for (int c = 1; c < options_.carry_candidates; ++c) {
+        zorplex::Task candidate = source.next();
+        const int candidate_carries = rollout::carries_in(candidate, source.tools());
+        if (candidate_carries > carries) {
+          task = std::move(candidate);
+          carries = candidate_carries;
+          index = static_cast<std::uint64_t>(c);
+        }
       }
+      task_indices.push_back(index);
+      operators += task.op != 0 ? task.op : '.';
+      carries_total += options_.carry_candidates > 1 ? carries : rollout::carries_in(task, source.tools());
+      for (int g = 0; g < options_.group_size; ++g) requests.push_back({task, &source.tools()});
     }
     rollout::RolloutOptions rollout_options;
     rollout_options.format = format_;
@@ -292,7 +310,7 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       group.generator = options_.id;
       group.sequence = totals_.groups_sent;
       group.task_seed = task_seeds[static_cast<std::size_t>(p)];
-      group.task_index = 0;
+      group.task_index = task_indices[static_cast<std::size_t>(p)];
       group.generation_seconds = generation_seconds / options_.prompts;
       group.temperature = rollout_options.sampling.temperature;
       group.top_p = rollout_options.sampling.top_p;
@@ -320,6 +338,8 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
                        {"round", round},
                        {"version", version_},
                        {"trajectories", requests.size()},
+                       {"operators", operators},
+                       {"carries_in", carries_total},
                        {"tokens", stats.generated_tokens},
                        {"generation_seconds", generation_seconds},
                        {"tokens_per_second", stats.generated_tokens / std::max(generation_seconds, 1e-9)},

@@ -6,7 +6,8 @@
 // - A round: (1) pull the newest version if it is newer than the one held
 //   (sync mode, and before the first round: wait for one); (2) draw
 //   `prompts` tasks from this generator's own seeded stream (task seed
-//   task_seed_base + id * 1,000,000 + n) and sample `group_size` episodes of
+//   task_seed_base + id * 1,000,000 + n; task n is of kind tasks[n %
+//   tasks.size()], so a mix alternates) and sample `group_size` episodes of
 //   each at `temperature`; (3) send one TrajectoryGroup per prompt, tagged
 //   with the version it was sampled with (version_start), the newest version
 //   published when it is sent (version_end), and the pull that preceded it.
@@ -80,7 +81,11 @@ struct GeneratorOptions {
   int prompts = 4;     // prompts per round
   int group_size = 8;  // episodes per prompt (G)
   double temperature = 0.7;
-  rollout::TaskMix task;
+  std::vector<rollout::TaskMix> tasks{rollout::TaskMix{}};  // not empty
+  // Prompts weighted towards carries: each prompt draws this many tasks from
+  // its stream and keeps the first with the most columns that take a carry or
+  // borrow in (rollout::carries_in). 1: every prompt's first task.
+  int carry_candidates = 1;
   std::int64_t task_seed_base = 200000;
   std::uint64_t sampling_seed = 1;
   int max_rounds = 0;  // 0: until stopped

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "generator/generator_loop.h"
 #include "generator/weight_source.h"
@@ -52,7 +53,7 @@ int main(int argc, char** argv) try {
   std::string checkpoint;
   std::string out_dir;
   std::string mode = "async";
-  std::string task = "compositional:easy";
+  std::vector<std::string> tasks{"compositional:easy"};
   int threads = 1;
   int trainer_timeout_s = 60;
   std::string device_name = "cpu";
@@ -85,7 +86,13 @@ int main(int argc, char** argv) try {
   app.add_option("--group-size", options.group_size, "Episodes per prompt (G)")->check(CLI::Range(1, 256));
   app.add_option("--temperature", options.temperature, "Sampling temperature (the trainer must use the same)")
       ->check(CLI::Range(0.05, 5.0));
-  app.add_option("--task", task, "Task kind[:difficulty]");
+  app.add_option("--task", tasks,
+                 "Task kind[:difficulty]; several (repeated, or a comma-separated list) alternate prompt by prompt")
+      ->delimiter(',');
+  app.add_option("--carry-candidates", options.carry_candidates,
+                 "Prompts weighted towards carries: draw N tasks per prompt, keep the one whose column working "
+                 "takes the most carries or borrows in (1: off)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--task-seed-base", options.task_seed_base,
                  "Task seeds are base + id * 1000000 + n (keep them away from SFT and evaluation seeds)");
   app.add_option("--seed", options.sampling_seed, "Sampling seed");
@@ -125,13 +132,18 @@ int main(int argc, char** argv) try {
   options.sync = mode == "sync";
   options.trainer_timeout = std::chrono::seconds(trainer_timeout_s);
   if (const char* secret = std::getenv("WEIGHTSYNC_SECRET")) options.secret = secret;
-  auto mix = rollout::parse_task_mix(task);
-  if (!mix) {
-    std::fprintf(stderr, "generator: --task: %s\n", mix.error().message.c_str());
-    return 2;
+  options.tasks.clear();
+  std::string task_names;
+  for (const std::string& task : tasks) {
+    auto mix = rollout::parse_task_mix(task);
+    if (!mix) {
+      std::fprintf(stderr, "generator: --task: %s\n", mix.error().message.c_str());
+      return 2;
+    }
+    options.tasks.push_back(mix.value());
+    task_names += (task_names.empty() ? "" : " and ") + rollout::task_mix_name(mix.value());
   }
-  options.task = mix.value();
-  std::printf("generator %u: sampling %s tasks\n", options.id, rollout::task_mix_name(options.task).c_str());
+  std::printf("generator %u: sampling %s tasks\n", options.id, task_names.c_str());
 
   policy::configure_cpu_threads(threads);
   std::signal(SIGINT, on_signal);

@@ -4,7 +4,8 @@
 #      ~/.cache/weightsync; about 7 minutes on 2 cores the first time),
 #   2. greedy evaluation of that starting policy on 200 held-out easy tasks
 #      (the targets') and 200 medium ones,
-#   3. a sync run and an async run of GRPO from it on medium tasks (+, -, *),
+#   3. a sync run and an async run of GRPO from it on easy and medium tasks
+#      (+, -, *; prompt by prompt),
 #      each a trainer and two generator processes exchanging weights through
 #      libweightsync, the trainer evaluating greedily on 100 held-out easy
 #      tasks every 10 steps,
@@ -78,7 +79,7 @@ evaluate before "$cache"
 for mode in sync async; do
   echo "demo: [$(elapsed)] $mode run: trainer + $generators generators, $steps steps (logs in $out/$mode)"
   "$root/scripts/rl-run.sh" --start "$cache" --out "$out/$mode" --mode "$mode" --steps "$steps" \
-    --generators "$generators" --task compositional:medium "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
+    --generators "$generators" --task compositional:easy,compositional:medium "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
   evaluate "after-$mode" "$out/$mode"
 done
 

@@ -7,13 +7,18 @@
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
-#          [--task KIND[:DIFFICULTY]]
+#          [--task KIND[:DIFFICULTY][,KIND[:DIFFICULTY]...]] [--carry-candidates N]
 #          [--trainer-cpus LIST --generator-cpus LIST]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
 # --task: what the generators sample (default compositional:easy, e.g.
-# compositional:medium); the trainer's held-out evaluation stays on easy.
+# compositional:medium; a comma-separated list alternates prompt by prompt,
+# e.g. compositional:easy,compositional:medium); the trainer's held-out
+# evaluation stays on easy.
+# --carry-candidates N: prompts weighted towards carries (each generator
+# draws N tasks per prompt and keeps the one whose column working takes the
+# most carries or borrows in; default 1: off).
 # --seed S: another run of the same settings (generators' sampling seed S and
 # task seeds from 200000 + S * 10000000); without it the generators' defaults.
 # --trainer-cpus / --generator-cpus (taskset lists, e.g. 0 and 1): pin the
@@ -41,7 +46,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate="" topology=flat seed="" trainer_cpus="" generator_cpus="" task=compositional:easy
+device=cpu hosts="" host_rate="" topology=flat seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -57,6 +62,7 @@ while [ $# -gt 0 ]; do
     --device) device="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --task) task="$2"; shift 2 ;;
+    --carry-candidates) carry_candidates="$2"; shift 2 ;;
     --trainer-cpus) trainer_cpus="$2"; shift 2 ;;
     --generator-cpus) generator_cpus="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
@@ -97,8 +103,11 @@ if [ -n "$seed" ]; then
   [[ "$seed" =~ ^[0-9]{1,6}$ ]] || { echo "rl-run: --seed must be a number from 0 to 999999, not '$seed'" >&2; exit 2; }
   seed_args=(--seed "$seed" --task-seed-base $((200000 + seed * 10000000)))
 fi
-[[ "$task" =~ ^(simple|multi_step|recursive|compositional(:(easy|medium|hard))?)$ ]] ||
-  { echo "rl-run: --task must be simple, multi_step, recursive or compositional[:easy|medium|hard], not '$task'" >&2; exit 2; }
+task_kind='(simple|multi_step|recursive|compositional(:(easy|medium|hard))?)'
+[[ "$task" =~ ^$task_kind(,$task_kind)*$ ]] ||
+  { echo "rl-run: --task must be simple, multi_step, recursive or compositional[:easy|medium|hard], or a comma-separated list of them, not '$task'" >&2; exit 2; }
+[[ "$carry_candidates" =~ ^[1-9][0-9]?$ ]] ||
+  { echo "rl-run: --carry-candidates must be a number from 1 to 64, not '$carry_candidates'" >&2; exit 2; }
 [ "$topology" = flat ] || [ -n "$hosts" ] || { echo "rl-run: --topology $topology needs --hosts" >&2; exit 2; }
 # on_host I CMD...: CMD in host I of the bed (--hosts), else here.
 on_host=()
@@ -191,7 +200,7 @@ for id in $(seq 0 $((generators - 1))); do
   fi
   (run_on "$node" "${generator_pin[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --task "$task" --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
+    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done

@@ -2,6 +2,7 @@
 #include "rollout/demonstrations.h"
 
 #include <algorithm>
+#include <regex>
 #include <utility>
 #include <stdexcept>
 
@@ -294,6 +295,22 @@ std::optional<Demonstration> demonstrate(const zorplex::Task& task, const zorple
     case TaskKind::kRecursive: return lookups(task, tools, flaw, rng);
   }
   return std::nullopt;
+}
+
+int carries_in(const zorplex::Task& task, const zorplex::Toolbox& tools) {
+  if (task.kind != zorplex::TaskKind::kCompositional) return 0;
+  std::mt19937_64 unused(0);  // a flawless demonstration draws nothing
+  const auto demo = demonstrate(task, tools, Flaw::kNone, unused, Arithmetic::kColumns);
+  if (!demo || demo->turns.empty()) return 0;
+  // A column step: digit op digit, then + or - the carry (borrow) in, "=".
+  static const std::regex kColumnStep(R"((\d+)[-+*](\d+)[-+](\d+)=)");
+  const std::string& working = demo->turns.back();
+  int carries = 0;
+  for (auto it = std::sregex_iterator(working.begin(), working.end(), kColumnStep); it != std::sregex_iterator();
+       ++it) {
+    if ((*it)[3].str() != "0") ++carries;
+  }
+  return carries;
 }
 
 Trajectory demonstration_trajectory(const zorplex::Task& task, const zorplex::Toolbox& tools,

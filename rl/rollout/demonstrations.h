@@ -77,6 +77,13 @@ struct Demonstration {
 std::optional<Demonstration> demonstrate(const zorplex::Task& task, const zorplex::Toolbox& tools, Flaw flaw,
                                          std::mt19937_64& rng, Arithmetic arithmetic = Arithmetic::kColumns);
 
+// The columns of the task's column working (a flawless Arithmetic::kColumns
+// demonstration) that take a carry or a borrow in: "95 + 95: 5+5+0=10,
+// 9+9+1=19." has 1, "47 * 36: 47*6: 7*6+0=42, 4*6+4=28; ..." counts every
+// partial product's column and the final sum's. 0 for a task without columns
+// (other kinds, negative operands, a lookup that fails).
+int carries_in(const zorplex::Task& task, const zorplex::Toolbox& tools);
+
 // The demonstration as a trajectory: the turns fed through a TrajectoryBuilder
 // (so injections and masks are exactly those of a rollout), log-probs 0.
 Trajectory demonstration_trajectory(const zorplex::Task& task, const zorplex::Toolbox& tools,

@@ -10,7 +10,12 @@
 # left without --temperature, trains at it; every step of both modes stands
 # for the same number of sampled trajectories; the async run is pinned
 # (--trainer-cpus, --generator-cpus) and the trainer's affinity checked, and
-# samples medium tasks (--task), which its generators say;
+# both sample easy and medium tasks prompt by prompt (--task with two kinds:
+# the generators say so, and medium prompts with - or * show in their rounds),
+# and the async run's prompts are weighted towards carries
+# (--carry-candidates 4: from the same task streams, every round of it takes
+# at least as many carries in as the sync run's round of that number, and
+# some more);
 # rl-report's accuracy figures over both runs.
 # Usage: rl_loop_smoke.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
@@ -29,8 +34,10 @@ half="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --trai
 bad="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --trainer-cpus 0 --generator-cpus 100000 2>&1)"
 bad_rc=$?
 task="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --task compositional:tricky 2>&1)"; task_rc=$?
+carries="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --carry-candidates 0 2>&1)"; carries_rc=$?
 set -e
 [ "$task_rc" -eq 2 ] && [[ "$task" == *"--task must be"* ]] || fail "--task compositional:tricky: rc $task_rc, '$task'"
+[ "$carries_rc" -eq 2 ] && [[ "$carries" == *"--carry-candidates must be"* ]] || fail "--carry-candidates 0: rc $carries_rc, '$carries'"
 [ "$half_rc" -eq 2 ] && [[ "$half" == *"go together"* ]] || fail "--trainer-cpus alone: rc $half_rc, '$half'"
 [ "$bad_rc" -eq 2 ] && [[ "$bad" == *"not a CPU list of this machine"* ]] || fail "CPU 100000: rc $bad_rc, '$bad'"
 
@@ -38,9 +45,10 @@ for mode in sync async; do
   run="$work/$mode"
   pin=()  # async runs pinned (all on CPU 0: any machine has it)
   [ "$mode" = sync ] || pin=(--trainer-cpus 0 --generator-cpus 0)
-  task=compositional:easy  # async samples medium tasks (rl-run.sh --task)
-  [ "$mode" = sync ] || task=compositional:medium
+  task=compositional:easy,compositional:medium said="compositional:easy and compositional:medium" carries=1
+  [ "$mode" = sync ] || carries=4  # async: weighted towards carries
   "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode "$mode" --steps 3 --prompts 2 "${pin[@]}" --task "$task" \
+    --carry-candidates "$carries" \
     --group-size 3 --batch-groups 4 --temperature 0.7 -- --keep-zero-variance --idle-timeout 60 --round-timeout 30 \
     --eval-every 2 --eval-tasks 2 \
     >"$work/$mode.log" 2>&1 || fail "$mode: rl-run.sh failed: $(tail -n 5 "$work/$mode.log")"
@@ -72,7 +80,7 @@ for mode in sync async; do
     [ "$mode" = async ] || [ "$pulls" -ge 3 ] || fail "sync: generator $g should pull every version it trained on"
     grep -q '"event":"round"' "$run/generator-$g.jsonl" || fail "$mode: generator $g logged no round"
     grep -q "generator $g: stopped after" "$run/generator-$g.log" || fail "$mode: generator $g did not stop cleanly"
-    grep -q "generator $g: sampling $task tasks" "$run/generator-$g.log" || fail "$mode: generator $g did not sample $task"
+    grep -q "generator $g: sampling $said tasks" "$run/generator-$g.log" || fail "$mode: generator $g did not sample $said"
   done
   [ -s "$run/policy.safetensors" ] && [ -s "$run/optimizer-step3.safetensors" ] || fail "$mode: no RL checkpoint at step 3"
   "$build/rl/zorplex-eval" --checkpoint "$run" --count 2 --batch 2 >"$run/eval.log" 2>&1 ||
@@ -82,6 +90,20 @@ for mode in sync async; do
   done
 done
 ! grep -q '"staleness_max":[1-9]' "$work/sync/trainer.jsonl" || fail "sync: a step trained on a stale group"
+# The mix and the carries: the same task streams (no --seed) in both runs.
+grep -h '"event":"round"' "$work"/sync/generator-*.jsonl | sed -n 's/.*"operators":"\([^"]*\)".*/\1/p' | grep -q '[-*]' ||
+  fail "sync: no medium prompt with - or * in any round"
+more=0
+for g in 0 1; do
+  for round in 0 1 2; do
+    plain="$(grep '"event":"round"' "$work/sync/generator-$g.jsonl" | grep "\"round\":$round," | field carries_in)"
+    weighted="$(grep '"event":"round"' "$work/async/generator-$g.jsonl" | grep "\"round\":$round," | field carries_in)"
+    [ -n "$plain" ] && [ -n "$weighted" ] || continue
+    [ "$weighted" -ge "$plain" ] || fail "generator $g round $round: $weighted carries weighted, $plain without"
+    [ "$weighted" -eq "$plain" ] || more=$((more + 1))
+  done
+done
+[ "$more" -gt 0 ] || fail "--carry-candidates 4 never chose a task with more carries in"
 # rl-report over both runs: the figures are issue 19's (at least 90% after
 # RL, the start's error at least halved). Start 80%: sync's 92% meets both,
 # async's 88% neither (error 20% -> 12% is not halved).

@@ -399,6 +399,69 @@ TEST_CASE("demonstrations: subtraction borrows and multiplication's partial prod
   CHECK(two_digit_multipliers > 50);
 }
 
+namespace {
+
+// Columns of a + b (from the ones up) that take a carry in, counted from the
+// arithmetic, not from any text.
+int addition_carries(std::int64_t a, std::int64_t b) {
+  int carries = 0;
+  for (std::int64_t carry = 0; a > 0 || b > 0; a /= 10, b /= 10) {
+    carries += carry > 0 ? 1 : 0;
+    carry = (a % 10 + b % 10 + carry) / 10;
+  }
+  return carries;
+}
+
+// Columns of a - b (a >= b) that take a borrow in.
+int subtraction_borrows(std::int64_t a, std::int64_t b) {
+  int borrows = 0;
+  for (std::int64_t borrow = 0; a > 0 || b > 0; a /= 10, b /= 10) {
+    borrows += borrow > 0 ? 1 : 0;
+    borrow = a % 10 < b % 10 + borrow ? 1 : 0;
+  }
+  return borrows;
+}
+
+// a * digit: the digit products that take a carry in.
+int product_carries(std::int64_t a, std::int64_t digit) {
+  int carries = 0;
+  for (std::int64_t carry = 0; a > 0; a /= 10) {
+    carries += carry > 0 ? 1 : 0;
+    carry = (a % 10 * digit + carry) / 10;
+  }
+  return carries;
+}
+
+}  // namespace
+
+TEST_CASE("demonstrations: carries_in counts the columns that take a carry or borrow in", "[rl][demonstrations]") {
+  // 95 + 95: 5+5+0=10, 9+9+1=19 has one; the expected counts come from the
+  // arithmetic above, for every operator of 300 medium tasks.
+  int with_carries = 0, without = 0;
+  for (std::int64_t seed = 0; seed < 100; ++seed) {
+    zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kMedium, seed);
+    for (int i = 0; i < 3; ++i) {
+      const zorplex::Task task = generator.next();
+      const std::int64_t a = *generator.tools().execute({zorplex::kLookup, task.words[0]}).number;
+      const std::int64_t b = *generator.tools().execute({zorplex::kLookup, task.words[1]}).number;
+      int expected = 0;
+      if (task.op == '+') expected = addition_carries(a, b);
+      if (task.op == '-') expected = subtraction_borrows(std::max(a, b), std::min(a, b));
+      if (task.op == '*' && b < 100) {
+        expected = product_carries(a, b % 10);
+        if (b >= 10) expected += product_carries(a, b / 10) + addition_carries(a * (b % 10), a * (b / 10) * 10);
+      }
+      INFO(task.question << " " << a << " " << task.op << " " << b);
+      CHECK(carries_in(task, generator.tools()) == expected);
+      (expected > 0 ? with_carries : without) += 1;
+    }
+  }
+  CHECK(with_carries > 50);  // both cases were seen
+  CHECK(without > 50);
+  zorplex::TaskGenerator simple(zorplex::TaskKind::kSimple, zorplex::Difficulty::kEasy, 1);
+  CHECK(carries_in(simple.next(), simple.tools()) == 0);
+}
+
 TEST_CASE("demonstrations: each flaw breaks what it names", "[rl][demonstrations]") {
   std::mt19937_64 rng(2);
   for (std::int64_t seed = 0; seed < 10; ++seed) {
