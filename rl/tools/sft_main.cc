@@ -86,6 +86,10 @@ int main(int argc, char** argv) try {
   auto* steps_opt =
       app.add_option("--steps", options.steps, "Optimizer steps in total")->capture_default_str();
   app.add_option("--batch", options.batch_size, "Demonstrations per step")->capture_default_str();
+  app.add_option("--length-groups", options.length_groups,
+                 "Micro-batches of similar lengths per step (less padding; the update is the same to rounding)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--lr", options.lr, "Peak learning rate (AdamW)")->capture_default_str();
   app.add_option("--warmup", options.warmup_steps, "Linear warm-up steps, then cosine decay")
       ->capture_default_str();

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -63,6 +64,7 @@ std::string SftOptions::validate() const {
   if (std::string problem = data.validate(); !problem.empty()) return "data: " + problem;
   if (steps < 0) return "steps must be >= 0";
   if (batch_size < 1) return "batch size must be >= 1";
+  if (length_groups < 1) return "length groups must be >= 1";
   if (!(lr > 0.0) || !std::isfinite(lr)) return "learning rate must be a finite number > 0";
   if (warmup_steps < 0) return "warm-up steps must be >= 0";
   if (!(min_lr_ratio >= 0.0 && min_lr_ratio <= 1.0)) return "min_lr_ratio must be in [0, 1]";
@@ -81,6 +83,7 @@ std::string SftOptions::to_json() const {
                {"data", data_to_json(data)},
                {"steps", steps},
                {"batch_size", batch_size},
+               {"length_groups", length_groups},
                {"lr", lr},
                {"warmup_steps", warmup_steps},
                {"min_lr_ratio", min_lr_ratio},
@@ -107,6 +110,7 @@ zorplex::Result<SftOptions> SftOptions::from_json(const std::string& text) try {
   options.data = data.value();
   options.steps = j.at("steps").get<int>();
   options.batch_size = j.at("batch_size").get<int>();
+  options.length_groups = j.value("length_groups", 1);  // checkpoints before it padded the batch as one
   options.lr = j.at("lr").get<double>();
   options.warmup_steps = j.at("warmup_steps").get<int>();
   options.min_lr_ratio = j.at("min_lr_ratio").get<double>();
@@ -220,18 +224,34 @@ zorplex::Result<SftStepReport> SftTrainer::step() try {
     pointers.push_back(&t);
     report.tokens += static_cast<std::int64_t>(t.tokens.size());
   }
-  auto batch = make_token_batch(pointers, options_.model.max_seq_len, model_.device());
-  if (!batch) return batch.error();
+  // Micro-batches of similar lengths: the stable sort keeps the stream's
+  // order among equal lengths, so a step is a function of its index.
+  std::stable_sort(pointers.begin(), pointers.end(), [](const auto* a, const auto* b) {
+    return a->tokens.size() < b->tokens.size();
+  });
+  std::vector<TokenBatch> groups;
+  const std::size_t count = pointers.size();
+  const auto group_count = static_cast<std::size_t>(std::min(options_.length_groups, options_.batch_size));
+  for (std::size_t g = 0; g < group_count; ++g) {
+    const std::vector<const rollout::Trajectory*> members(
+        pointers.begin() + static_cast<std::ptrdiff_t>(g * count / group_count),
+        pointers.begin() + static_cast<std::ptrdiff_t>((g + 1) * count / group_count));
+    auto batch = make_token_batch(members, options_.model.max_seq_len, model_.device());
+    if (!batch) return batch.error();
+    report.target_tokens += batch.value().target_tokens;
+    groups.push_back(std::move(batch).value());
+  }
   model_.zero_grad();
-  torch::Tensor loss = masked_mean_nll(model_, batch.value());
-  loss.backward();
+  for (const TokenBatch& group : groups) {
+    torch::Tensor loss = masked_mean_nll(model_, group, report.target_tokens);
+    loss.backward();  // gradients add up over the groups
+    report.loss += loss.item<double>();
+  }
   report.lr = learning_rate(options_, completed_);
   const StepResult result = optimizer_.step(report.lr);
   model_.zero_grad();
-  report.loss = loss.item<double>();
   report.grad_norm = result.grad_norm;
   report.applied = result.applied;
-  report.target_tokens = batch.value().target_tokens;
   ++completed_;
   report.step = completed_;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,7 +6,11 @@
 //   batch_size) of the stream with the masked token loss
 //   (training::masked_mean_nll: prompt and injected results masked out) and
 //   one FlatAdamW update at learning_rate(options, s): linear warm-up over
-//   warmup_steps, then cosine decay to min_lr_ratio * lr at `steps`.
+//   warmup_steps, then cosine decay to min_lr_ratio * lr at `steps`. The
+//   batch runs as `length_groups` micro-batches of similar lengths (sorted
+//   by length, each padded only to its own longest); each one's loss is
+//   divided by the whole batch's target count and the gradients add up, so
+//   the update is the whole batch's mean to rounding, with less padding.
 // - A checkpoint is a folder: policy.safetensors (policy::save_model, with
 //   "sft.step" and "sft.options" (JSON) in its metadata; any safetensors
 //   reader can load it) and optimizer.safetensors (the AdamW moments
@@ -40,6 +44,10 @@ struct SftOptions {
   // The default budget (docs/results.md): about 7-8 minutes on 2 cores.
   int steps = 1000;
   int batch_size = 16;
+  // Micro-batches of similar lengths per step (1: the batch padded as one;
+  // more than batch_size count as batch_size). Only the rounding of the
+  // update depends on it.
+  int length_groups = 4;
   double lr = 3e-3;
   int warmup_steps = 30;
   double min_lr_ratio = 0.1;

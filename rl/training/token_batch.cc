@@ -68,9 +68,10 @@ torch::Tensor batch_log_probs(const policy::Transformer& model, const TokenBatch
   return policy::sequence_log_probs(model, batch.tokens, temperature, batch.attention_mask);
 }
 
-torch::Tensor masked_mean_nll(const policy::Transformer& model, const TokenBatch& batch) {
+torch::Tensor masked_mean_nll(const policy::Transformer& model, const TokenBatch& batch,
+                              std::int64_t denominator) {
   const torch::Tensor log_probs = batch_log_probs(model, batch);
-  const double count = std::max<std::int64_t>(batch.target_tokens, 1);
+  const double count = std::max<std::int64_t>(denominator > 0 ? denominator : batch.target_tokens, 1);
   return -(log_probs * batch.loss_mask).sum() / count;
 }
 

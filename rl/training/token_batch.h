@@ -13,7 +13,9 @@
 //   a trajectory with fewer than 2 tokens, is an Error too.
 // - masked_mean_nll() is the SFT loss: the mean of -log p(target) over the
 //   targets with loss_mask 1 (temperature 1); differentiable. A batch with
-//   no masked-in target gives 0 (with a zero gradient), not NaN.
+//   no masked-in target gives 0 (with a zero gradient), not NaN. With
+//   denominator > 0 the sum is divided by it instead (a micro-batch's share
+//   of a larger batch's mean).
 // - Tensors are created on device. Thread: plain functions; no shared state.
 #pragma once
 
@@ -42,6 +44,7 @@ zorplex::Result<TokenBatch> make_token_batch(const std::vector<const rollout::Tr
 torch::Tensor batch_log_probs(const policy::Transformer& model, const TokenBatch& batch,
                               double temperature = 1.0);
 
-torch::Tensor masked_mean_nll(const policy::Transformer& model, const TokenBatch& batch);
+torch::Tensor masked_mean_nll(const policy::Transformer& model, const TokenBatch& batch,
+                              std::int64_t denominator = 0);
 
 }  // namespace training
