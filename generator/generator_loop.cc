@@ -258,7 +258,7 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       zorplex::TaskGenerator& source = sources[static_cast<std::size_t>(p)];
       zorplex::Task task = source.next();
       std::uint64_t index = 0;
-      int carries = options_.carry_candidates > 1 ? rollout::carries_in(task, source.tools()) : 0;
+      int carries = rollout::carries_in(task, source.tools());
       for (int c = 1; c < options_.carry_candidates; ++c) {
         zorplex::Task candidate = source.next();
         const int candidate_carries = rollout::carries_in(candidate, source.tools());
@@ -270,7 +270,7 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       }
       task_indices.push_back(index);
       operators += task.op != 0 ? task.op : '.';
-      carries_total += options_.carry_candidates > 1 ? carries : rollout::carries_in(task, source.tools());
+      carries_total += carries;
       for (int g = 0; g < options_.group_size; ++g) requests.push_back({task, &source.tools()});
     }
     rollout::RolloutOptions rollout_options;
