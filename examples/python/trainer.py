@@ -29,6 +29,20 @@ def batch(n: int, generator: torch.Generator):
     return x, torch.sin(2 * x)
 
 
+def wait_for_subscribers(pub: weightsync.Publisher, count: int, timeout: float) -> None:
+    """Returns once `count` subscribers have authenticated (connections past the
+    handshake); exits with a message after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while count > 0:
+        stats = pub.stats()
+        if stats["connections_active"] - stats["handshakes_active"] >= count:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"trainer: {count} subscriber(s) did not connect within {timeout:g} s "
+                             "(is engine.py running with the same --address-file and secret?)")
+        time.sleep(0.02)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=30, help="training steps: one version each (default 30)")
@@ -37,6 +51,9 @@ def main() -> int:
     p.add_argument("--bind", default="127.0.0.1", help="listen address; not loopback: needs a secret")
     p.add_argument("--secret", default=os.environ.get("WEIGHTSYNC_SECRET"), help="default: $WEIGHTSYNC_SECRET")
     p.add_argument("--linger", type=float, default=30, help="seconds to serve after the last step (default 30)")
+    p.add_argument("--wait-for-subscribers", type=int, default=0, metavar="N",
+                   help="before the first step, wait (up to 60 s) until N subscribers have authenticated, "
+                        "so that they see every version (default 0: start at once)")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop on SIGTERM as on Ctrl-C
     torch.manual_seed(0)
@@ -51,6 +68,7 @@ def main() -> int:
                     f.write(pub.address.replace("0.0.0.0:", socket.getfqdn() + ":", 1) + "\n")
                 os.replace(args.address_file + ".tmp", args.address_file)
             print(f"trainer: {len(layout)} tensors, {layout.payload_bytes} bytes, at {pub.address}", flush=True)
+            wait_for_subscribers(pub, args.wait_for_subscribers, timeout=60.0)
             for step in range(1, args.steps + 1):
                 started = time.monotonic()
                 x, y = batch(256, data)

@@ -114,12 +114,14 @@ def versions_and_losses(output):
 def test_example_pair_end_to_end(examples, child, tmp_path):
     address_file = tmp_path / "address"
     steps = 12
-    # The engine first: it waits for the address file, so it is ready (torch imported) when
-    # the trainer starts publishing, and pulls each version in turn.
+    # The trainer publishes its first version once the engine has connected
+    # (--wait-for-subscribers 1: on a loaded machine the engine's start took
+    # over 0.6 s, and it missed versions 1-4); the engine pulls each in turn.
     engine = child([sys.executable, examples / "engine.py", "--versions", steps, "--address-file", address_file,
                     "--every-version", "--timeout", "60"], env=NO_PYC)
     trainer = child([sys.executable, examples / "trainer.py", "--steps", steps, "--step-seconds", "0.15",
-                     "--address-file", address_file, "--linger", "120"], env=NO_PYC)
+                     "--address-file", address_file, "--linger", "120", "--wait-for-subscribers", "1"],
+                    env=NO_PYC)
     engine.proc.wait(timeout=120)
     stdout = engine.output()
     assert engine.proc.returncode == 0, stdout

@@ -752,7 +752,7 @@ std::size_t row_shards_met(std::int64_t start, std::int64_t rows, std::int64_t s
 
 }  // namespace
 
-TEST_CASE("sharding: a plan of 1000 tensors over 8 trainer x 4 engine ranks takes under 10 ms",
+TEST_CASE("sharding: a plan of 1000 tensors over 8 trainer x 4 engine ranks takes under 30 ms",
           "[sharding]") {
   constexpr std::int64_t kTrainerRanks = 8, kTp = 4, kLayers = 111;
   constexpr std::int64_t kHidden = 512, kKv = 128, kFfn = 1376, kVocab = 32000;
@@ -811,7 +811,10 @@ TEST_CASE("sharding: a plan of 1000 tensors over 8 trainer x 4 engine ranks take
   const double bound = 200.0;
   const char* build = " (sanitizer or debug build: bound relaxed to 200 ms)";
 #else
-  const double bound = 10.0;
+  // About 10 ms on an idle 2-vCPU VM (7.7-15 ms on the Intel one); 21.9 ms
+  // there with the rest of the suite on the other core. 30 ms still fails a
+  // plan that does more than a few times the work it needs.
+  const double bound = 30.0;
   const char* build = "";
 #endif
   // The median of 5 runs; on a shared machine a round can be slowed by other
