@@ -33,3 +33,18 @@ function(weightsync_print_summary)
   endforeach()
   message(STATUS "  tests=${WEIGHTSYNC_BUILD_TESTS} examples=${WEIGHTSYNC_BUILD_EXAMPLES} bench=${WEIGHTSYNC_BUILD_BENCH}")
 endfunction()
+
+# weightsync_use_torch_pch(TARGET): TARGET compiles with the precompiled
+# <torch/torch.h> that ws_policy makes (rl/policy/CMakeLists.txt). libtorch's
+# headers were about half the compile time of every file that includes them
+# (docs/build.md); one precompiled header shared by every torch target saves
+# that without a header compiled per target. The flags that matter to GCC's
+# precompiled headers (-std, -O, -g, -fPIC) are the same for all these targets;
+# where one differed GCC would fall back to the plain header, and -Winvalid-pch
+# says so in the build log. WEIGHTSYNC_TORCH_PCH=OFF turns it off.
+function(weightsync_use_torch_pch target)
+  if(WEIGHTSYNC_TORCH_PCH AND TARGET ws_policy AND NOT target STREQUAL "ws_policy")
+    target_precompile_headers(${target} REUSE_FROM ws_policy)
+    target_compile_options(${target} PRIVATE -Winvalid-pch)
+  endif()
+endfunction()
