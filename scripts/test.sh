@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds everything, and runs every test (ctest).
 # With --sanitizers, or when CI=true, it then runs the whole suite again under
-# ASan+UBSan (build-asan/) and under TSan (build-tsan/).
+# ASan+UBSan (build-asan/) and under TSan (build-tsan/), less the benchmark
+# harness (docs/build.md).
 # Usage: scripts/test.sh [--sanitizers] [ctest arguments, e.g. -R auth]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
