@@ -16,7 +16,7 @@ run_suite() {  # run_suite NAME BUILD_DIR CMAKE_ARGS OPT_FLAGS [ctest args...]
   local name="$1" dir="$2" args="$3" opt="$4" start
   shift 4
   start=$SECONDS
-  echo "== $name: building in $dir ($opt)"
+  echo "== $name: building in $dir (${opt:-the default flags of build.sh})"
   WEIGHTSYNC_BUILD_DIR="$dir" WEIGHTSYNC_CMAKE_ARGS="$args" WEIGHTSYNC_OPT_FLAGS="$opt" "$root/scripts/build.sh"
   echo "== $name: built in $((SECONDS - start)) s; running the tests"
   # Serial on purpose: several tests assert time bounds (timeouts, dead peers).
@@ -24,7 +24,7 @@ run_suite() {  # run_suite NAME BUILD_DIR CMAKE_ARGS OPT_FLAGS [ctest args...]
   echo "== $name: done in $((SECONDS - start)) s"
 }
 
-run_suite "tests" "${WEIGHTSYNC_BUILD_DIR:-$root/build}" "" "-O2 -g1 -DNDEBUG" "$@"
+run_suite "tests" "${WEIGHTSYNC_BUILD_DIR:-$root/build}" "" "${WEIGHTSYNC_OPT_FLAGS:-}" "$@"
 if [ "$sanitizers" = 1 ]; then
   # tests/tsan.supp: libzmq is not instrumented (see the file).
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
