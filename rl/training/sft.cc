@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "policy/safetensors.h"
@@ -242,11 +244,51 @@ zorplex::Result<SftStepReport> SftTrainer::step() try {
     groups.push_back(std::move(batch).value());
   }
   model_.zero_grad();
-  for (const TokenBatch& group : groups) {
-    torch::Tensor loss = masked_mean_nll(model_, group, report.target_tokens);
-    loss.backward();  // gradients add up over the groups
-    report.loss += loss.item<double>();
+  // Each group's loss and gradients apart, on workers_ threads (group g on
+  // worker g mod workers_), then added in group order: the same update for
+  // any worker count.
+  const std::vector<torch::Tensor>& params = model_.parameters();
+  std::vector<std::vector<torch::Tensor>> grads(groups.size());
+  std::vector<double> losses(groups.size(), 0.0);
+  auto run_groups = [&](std::size_t start_group, std::size_t stride) {
+    for (std::size_t g = start_group; g < groups.size(); g += stride) {
+      torch::Tensor loss = masked_mean_nll(model_, groups[g], report.target_tokens);
+      grads[g] = torch::autograd::grad({loss}, params, /*grad_outputs=*/{}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+      losses[g] = loss.item<double>();
+    }
+  };
+  const std::size_t workers = std::min(static_cast<std::size_t>(workers_), groups.size());
+  if (workers <= 1) {
+    run_groups(0, 1);
+  } else {
+    std::vector<std::exception_ptr> failures(workers);
+    std::vector<std::thread> threads;
+    for (std::size_t w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          at::set_num_threads(1);
+          run_groups(w, workers);
+        } catch (...) {
+          failures[w] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& failure : failures) {
+      if (failure) std::rethrow_exception(failure);
+    }
   }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor sum;
+    for (const std::vector<torch::Tensor>& group_grads : grads) {
+      if (!group_grads[i].defined()) continue;
+      sum = sum.defined() ? sum + group_grads[i] : group_grads[i];
+    }
+    torch::Tensor param = params[i];  // shares the parameter's grad slot
+    if (sum.defined()) param.mutable_grad() = sum;
+  }
+  for (double loss : losses) report.loss += loss;
   report.lr = learning_rate(options_, completed_);
   const StepResult result = optimizer_.step(report.lr);
   model_.zero_grad();

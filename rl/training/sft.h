@@ -95,6 +95,17 @@ class SftTrainer {
   const SftOptions& options() const { return options_; }
   // Changes the planned total (extends a finished run; the schedule follows).
   void set_total_steps(int steps) { options_.steps = steps; }
+  // Threads that share a step's length groups (1, the default: the calling
+  // thread does them all). Each worker runs its groups' forward and backward
+  // with one torch thread; every group's gradients are kept apart and added
+  // in group order, so the update is bit-identical for any worker count
+  // (against a calling thread with one torch thread too; more intra-op
+  // threads change only the rounding).
+  // On 2 cores two workers took 1.48x less time than one worker with 2 torch
+  // threads (the model's matrices are too small for intra-op threads;
+  // docs/results.md). Set it before step(), from the thread that steps.
+  void set_workers(int workers) { workers_ = workers < 1 ? 1 : workers; }
+  int workers() const { return workers_; }
   policy::Transformer& model() { return model_; }
   const rollout::DemonstrationStream& data() const { return data_; }
 
@@ -106,6 +117,7 @@ class SftTrainer {
   FlatAdamW optimizer_;
   rollout::DemonstrationStream data_;
   int completed_ = 0;
+  int workers_ = 1;
 };
 
 }  // namespace training

@@ -399,6 +399,36 @@ TEST_CASE("SFT: micro-batches of similar lengths give the one padded batch's los
   CHECK(parsed.value().length_groups == 1);
 }
 
+TEST_CASE("SFT: length groups on 2 workers give the 1-worker update bit for bit", "[rl][training]") {
+  // Each group's gradients are kept apart and added in group order, so with
+  // one torch thread per worker (and for the serial trainer) the worker count
+  // must not change a single bit of the loss or the parameters.
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  SftOptions options = tiny_sft(3);
+  options.batch_size = 8;
+  options.length_groups = 4;
+  options.data.mix = {rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kMedium}};
+  options.data.arithmetic = rollout::Arithmetic::kColumns;
+  options.model.max_seq_len = 384;
+  auto serial = make_trainer(options);
+  auto parallel = make_trainer(options);
+  parallel->set_workers(2);
+  CHECK(parallel->workers() == 2);
+  const torch::Tensor before = serial->model().flat_parameters().clone();
+  for (int i = 0; i < 3; ++i) {
+    auto a = serial->step();
+    auto b = parallel->step();
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(b.value().loss == a.value().loss);
+    CHECK(b.value().grad_norm == a.value().grad_norm);
+  }
+  CHECK((serial->model().flat_parameters() - before).abs().max().item<float>() > 1e-3);
+  CHECK(torch::equal(serial->model().flat_parameters(), parallel->model().flat_parameters()));
+  torch::set_num_threads(threads);
+}
+
 TEST_CASE("SFT: options round trip through JSON and bad ones are named", "[rl][training]") {
   SftOptions options = tiny_sft(10);
   options.data.mix = {rollout::TaskMix{zorplex::TaskKind::kMultiStep, zorplex::Difficulty::kEasy},
