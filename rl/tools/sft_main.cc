@@ -195,7 +195,7 @@ int main(int argc, char** argv) try {
   const training::SftOptions& run = trainer->options();
   // The model's matrices are too small for torch's intra-op threads to pay
   // (1 thread 24.7 s, 2 threads 23.1 s for 40 steps); workers over the
-  // length groups took 1.48x less time (docs/results.md).
+  // length groups took 1.52x less time (docs/results.md).
   const int cpu_threads = torch::get_num_threads();
   if (run.length_groups > 1 && cpu_threads > 1) {
     trainer->set_workers(std::min(cpu_threads, run.length_groups));

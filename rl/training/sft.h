@@ -101,7 +101,7 @@ class SftTrainer {
   // in group order, so the update is bit-identical for any worker count
   // (against a calling thread with one torch thread too; more intra-op
   // threads change only the rounding).
-  // On 2 cores two workers took 1.48x less time than one worker with 2 torch
+  // On 2 cores two workers took 1.52x less time than one worker with 2 torch
   // threads (the model's matrices are too small for intra-op threads;
   // docs/results.md). Set it before step(), from the thread that steps.
   void set_workers(int workers) { workers_ = workers < 1 ? 1 : workers; }
