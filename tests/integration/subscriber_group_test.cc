@@ -172,6 +172,41 @@ TEST_CASE("subscriber group: a rank with nothing to read is not pulled", "[group
 // more than one version ahead of the other, with a 2-slot ring, so a rank
 // often runs past the version being read; every delivery must still be one
 // version on every rank.
+// A rank descheduled for a while falls a whole ring behind the others, then
+// catches up in a burst. The versions in between are gone from the leading
+// rank for good: a round per version would spend max_rounds on them (the
+// sharded example under TSan on a loaded VM: 1001 rounds, then an error).
+// One failed round must be enough: the next waits until the laggard reaches
+// what the leading rank held when the round failed.
+TEST_CASE("subscriber group: a rank a whole ring behind costs one round, not one per version", "[group]") {
+  auto ranks = start_ranks(2, 64 << 10, /*checksums=*/false, /*slots=*/3);
+  auto group = SubscriberGroup::connect(ranks.addresses, quick_options());
+  REQUIRE(group.ok());
+  auto buffers = whole_destinations(**group);
+  constexpr std::uint64_t kAhead = 30;
+  for (std::uint64_t v = 1; v <= kAhead; ++v) publish_pattern(*ranks.publishers[0], v);
+  publish_pattern(*ranks.publishers[1], 1);
+  std::thread catching_up([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (std::uint64_t v = 2; v <= kAhead; ++v) {
+      publish_pattern(*ranks.publishers[1], v);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  GroupPullOptions options;
+  options.wait = std::chrono::seconds(10);
+  options.max_rounds = 3;
+  auto pulled = (*group)->pull(buffers.destinations, options);
+  catching_up.join();
+  INFO(pulled.status().to_string());
+  REQUIRE(pulled.ok());
+  CHECK(pulled->version == kAhead);
+  CHECK(pulled->rounds == 1);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(single_version((*group)->member(r).layout(), buffers.per_rank[r], kAhead) == static_cast<std::int64_t>(kAhead));
+  }
+}
+
 TEST_CASE("subscriber group: ranks publishing out of step never yield a mixed version", "[group][stress]") {
   auto ranks = start_ranks(2, 64 << 10, /*checksums=*/false, /*slots=*/2);
   auto group = SubscriberGroup::connect(ranks.addresses, quick_options());

@@ -171,10 +171,10 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
   // After a round a rank could not serve, only a newer complete version helps.
   std::uint64_t floor = newer_than;
   std::string moved_on_why;
-  for (std::uint32_t round = 0;; ++round) {
+  for (bool first = true;; first = false) {
     // 1. The version to pull: the newest complete one, or the one asked for
     // (tried at once: no round trip to learn it; a rank without it says kNotReady).
-    Result<std::uint64_t> complete = exact && round == 0 ? *options.version : latest_complete_version();
+    Result<std::uint64_t> complete = exact && first ? *options.version : latest_complete_version();
     if (!complete.ok()) return complete.status();
     if (*complete <= floor) {
       const auto now = Clock::now();
@@ -216,6 +216,7 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
     // 3. All of them, or start again, or fail.
     bool moved_on = false;
     bool not_yet = false;
+    std::uint64_t ahead = target;  // the newest version a rank that moved on had committed
     for (std::size_t r : working) {
       const Result<PullResult>& got = *results[r];
       if (got.ok()) continue;
@@ -227,6 +228,9 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
       if (!exact && (code == ErrorCode::kVersionRevoked || code == ErrorCode::kNotReady)) {
         moved_on = true;
         moved_on_why = with_rank(got.status(), r).message();
+        auto latest = members_[r]->latest_version();
+        if (!latest.ok()) return with_rank(latest.status(), r);
+        ahead = std::max(ahead, *latest);
         continue;
       }
       return with_rank(got.status(), r);
@@ -239,13 +243,19 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
       continue;  // the next round asks every rank again and waits for the laggard
     }
     if (moved_on) {
-      if (static_cast<int>(round) >= options.max_rounds) {
+      if (static_cast<int>(out.rounds) >= options.max_rounds) {
         return Status(ErrorCode::kVersionRevoked, "trainer ranks kept moving past the version being pulled (" +
-                                                      std::to_string(round + 1) + " rounds)");
+                                                      std::to_string(out.rounds + 1) + " rounds)");
       }
-      WS_DEBUG("subscriber group: a rank no longer holds version {}; starting again", target);
+      // Every version below `ahead` may be gone from the rank that moved on
+      // (its ring holds only its newest few), and a version it dropped never
+      // returns. A rank a whole ring behind the others (descheduled, then
+      // catching up in a burst) would otherwise cost a round per version it
+      // publishes: wait instead until every rank has reached `ahead`.
+      WS_DEBUG("subscriber group: a rank no longer holds version {} (it has {}); waiting for {} everywhere", target,
+               ahead, ahead);
       ++out.rounds;
-      floor = target;
+      floor = ahead - 1;
       continue;
     }
     out.version = target;
