@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: the full RL loop on Zorplex over libweightsync, on localhost.
 #   1. the SFT warm start of the policy (cached: $WEIGHTSYNC_CACHE_DIR, default
-#      ~/.cache/weightsync; about 7 minutes on 2 cores the first time),
+#      ~/.cache/weightsync; about 9 minutes on a 2-vCPU VM the first time,
+#      the whole demo about 14),
 #   2. greedy evaluation of that starting policy on 200 held-out easy tasks
 #      (the targets') and 200 medium ones,
 #   3. a sync run and an async run of GRPO from it on easy and medium tasks
