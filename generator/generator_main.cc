@@ -61,6 +61,7 @@ int main(int argc, char** argv) try {
       "RL rollout worker: pulls the trainer's newest policy through libweightsync, rolls out Zorplex "
       "episodes "
       "and sends them to the trainer. Started by scripts/rl-run.sh; see docs/rl_loop.md."};
+  app.option_defaults()->always_capture_default();  // --help shows each default
   std::string trainer_addresses;
   app.add_option("--trainer", trainer_addresses,
                  "The trainer's weight publisher, host:port; or a comma-separated list of sources (the "

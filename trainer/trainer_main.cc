@@ -70,6 +70,7 @@ int main(int argc, char** argv) try {
       "RL trainer for the Zorplex policy: trains on generator trajectories (REINFORCE, GRPO or decoupled "
       "PPO) and "
       "publishes every version through libweightsync. Started by scripts/rl-run.sh; see docs/rl_loop.md."};
+  app.option_defaults()->always_capture_default();  // --help shows each default
   app.add_option("--start", start_dir,
                  "SFT checkpoint folder to start from (the warm start runs if it is empty)")
       ->required();
