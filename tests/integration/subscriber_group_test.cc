@@ -177,7 +177,8 @@ TEST_CASE("subscriber group: a rank with nothing to read is not pulled", "[group
 // rank for good: a round per version would spend max_rounds on them (the
 // sharded example under TSan on a loaded VM: 1001 rounds, then an error).
 // One failed round must be enough: the next waits until the laggard reaches
-// what the leading rank held when the round failed.
+// one of the leading rank's 2 newest versions (29, 30: its 3-slot ring's
+// oldest, 28, is the next to go).
 TEST_CASE("subscriber group: a rank a whole ring behind costs one round, not one per version", "[group]") {
   auto ranks = start_ranks(2, 64 << 10, /*checksums=*/false, /*slots=*/3);
   auto group = SubscriberGroup::connect(ranks.addresses, quick_options());
@@ -200,10 +201,11 @@ TEST_CASE("subscriber group: a rank a whole ring behind costs one round, not one
   catching_up.join();
   INFO(pulled.status().to_string());
   REQUIRE(pulled.ok());
-  CHECK(pulled->version == kAhead);
+  CHECK(pulled->version >= kAhead - 1);
   CHECK(pulled->rounds == 1);
   for (std::size_t r = 0; r < 2; ++r) {
-    CHECK(single_version((*group)->member(r).layout(), buffers.per_rank[r], kAhead) == static_cast<std::int64_t>(kAhead));
+    CHECK(single_version((*group)->member(r).layout(), buffers.per_rank[r], pulled->version) ==
+          static_cast<std::int64_t>(pulled->version));
   }
 }
 

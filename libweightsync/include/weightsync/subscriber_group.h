@@ -14,9 +14,10 @@
 //   rank's newer version is not taken until every rank has it. A rank that no
 //   longer holds v (it ran a whole ring ahead while the others were read)
 //   makes the group start again (counted in GroupPullResult::rounds, at most
-//   max_rounds) at the first complete version at least as new as what that
-//   rank had committed then: the versions in between may be gone from it for
-//   good, so one round covers a rank that fell a whole ring behind. On success every byte
+//   max_rounds) at the newest complete version among that rank's N - 1
+//   newest (N: its slot count; the oldest a ring holds is the next to go),
+//   waiting for one if need be: a rank that fell a whole ring behind costs one
+//   round, not one per version it publishes while catching up. On success every byte
 //   delivered came from v, and each member's bytes were verified against its
 //   rank's checksum where the rank computes them; on failure the
 //   destinations' bytes are undefined.
@@ -53,8 +54,9 @@ struct GroupPullOptions {
   // How long to wait for such a version to be complete; 0: do not wait.
   std::chrono::milliseconds wait{0};
   // Rounds started again because a rank moved past the version being read
-  // (each waits until every rank has what the rank that moved on had then,
-  // so a round is lost only to a rank that moved a ring ahead during a read).
+  // (each starts past the versions the rank that moved on can no longer
+  // hold, so a round is lost only to a rank that moved a ring ahead during
+  // a read).
   // Waiting for a lagging rank is not a round.
   int max_rounds = 64;
   // Pull the members concurrently (one thread each); false: one after another.

@@ -216,7 +216,11 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
     // 3. All of them, or start again, or fail.
     bool moved_on = false;
     bool not_yet = false;
-    std::uint64_t ahead = target;  // the newest version a rank that moved on had committed
+    // The next round starts past `floor_next`: a rank that moved on had
+    // committed `latest`, and its ring of N slots holds at most its N newest
+    // (a version kept by another reader's lease aside), the oldest of them
+    // the next to go. So the next version must be one of its N - 1 newest.
+    std::uint64_t floor_next = target;
     for (std::size_t r : working) {
       const Result<PullResult>& got = *results[r];
       if (got.ok()) continue;
@@ -230,7 +234,8 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
         moved_on_why = with_rank(got.status(), r).message();
         auto latest = members_[r]->latest_version();
         if (!latest.ok()) return with_rank(latest.status(), r);
-        ahead = std::max(ahead, *latest);
+        const std::uint64_t slots = members_[r]->slot_count();
+        if (*latest + 1 > slots) floor_next = std::max(floor_next, *latest + 1 - slots);
         continue;
       }
       return with_rank(got.status(), r);
@@ -247,15 +252,16 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
         return Status(ErrorCode::kVersionRevoked, "trainer ranks kept moving past the version being pulled (" +
                                                       std::to_string(out.rounds + 1) + " rounds)");
       }
-      // Every version below `ahead` may be gone from the rank that moved on
-      // (its ring holds only its newest few), and a version it dropped never
-      // returns. A rank a whole ring behind the others (descheduled, then
-      // catching up in a burst) would otherwise cost a round per version it
-      // publishes: wait instead until every rank has reached `ahead`.
-      WS_DEBUG("subscriber group: a rank no longer holds version {} (it has {}); waiting for {} everywhere", target,
-               ahead, ahead);
+      // A version a rank dropped never returns. Ranks in step: the newest
+      // complete version is past `floor_next` already, and the next round
+      // takes it at once. A rank a whole ring behind the others (descheduled,
+      // then catching up in a burst) would cost a round per version it
+      // publishes while the others are out of reach: wait instead until
+      // every rank is past `floor_next`.
+      WS_DEBUG("subscriber group: a rank no longer holds version {}; next: a complete version past {}", target,
+               floor_next);
       ++out.rounds;
-      floor = ahead - 1;
+      floor = floor_next;
       continue;
     }
     out.version = target;
