@@ -235,7 +235,7 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
         auto latest = members_[r]->latest_version();
         if (!latest.ok()) return with_rank(latest.status(), r);
         const std::uint64_t slots = members_[r]->slot_count();
-        if (*latest + 1 > slots) floor_next = std::max(floor_next, *latest + 1 - slots);
+        if (slots > 0 && *latest >= slots) floor_next = std::max(floor_next, *latest - (slots - 1));
         continue;
       }
       return with_rank(got.status(), r);
