@@ -50,6 +50,11 @@ TrainerLoop::TrainerLoop(TrainerOptions options, policy::Transformer model, poli
 
 TrainerLoop::~TrainerLoop() = default;
 
+void TrainerLoop::set_reference(policy::Transformer reference) {
+  reference_.emplace(std::move(reference));
+  updater_.set_reference(&*reference_);
+}
+
 zorplex::Result<bool> TrainerLoop::resume(const std::string& dir, const loop::RlProgress& progress) {
   auto restored = loop::restore_rl_optimizer(dir, updater_, progress);
   if (!restored) return restored.error();
@@ -442,6 +447,7 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"minibatches", report.minibatches},
                      {"mean_ratio", report.mean_ratio},
                      {"mean_behaviour_weight", report.mean_behaviour_weight},
+                     {"kl", report.kl},
                      {"temperature", report.temperature},
                      {"staleness_mean", staleness_sum / n},
                      {"staleness_max", staleness_max},

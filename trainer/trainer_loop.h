@@ -141,6 +141,9 @@ class TrainerLoop {
   TrainerLoop(TrainerOptions options, policy::Transformer model, policy::Metadata carried);
   ~TrainerLoop();
 
+  // The policy the KL term (options.update.loss.kl_coef > 0) pulls towards:
+  // the warm start, also when resuming. Same config and device as the model.
+  void set_reference(policy::Transformer reference);
   // Continue from an RL checkpoint already loaded into the model.
   zorplex::Result<bool> resume(const std::string& dir, const loop::RlProgress& progress);
   zorplex::Result<bool> start();
@@ -182,6 +185,7 @@ class TrainerLoop {
   };
 
   policy::Transformer model_;  // declared before publisher_: outlives it
+  std::optional<policy::Transformer> reference_;  // declared before updater_, which borrows it
   policy::Metadata carried_;
   policy::PromptFormat eval_format_;  // the policy's, for evaluate_held_out()
   training::RlUpdater updater_;

@@ -101,6 +101,10 @@ int main(int argc, char** argv) try {
                  "PPO minibatches: optimizer steps per batch (the batch split in this many); with more than "
                  "one the clip and the decoupled proximal policy come into play")
       ->check(CLI::Range(1, 64));
+  app.add_option("--kl-coef", options.update.loss.kl_coef,
+                 "Weight of a KL term towards the warm start (--start's policy, also when resuming): "
+                 "keeps what the start had right; 0: none")
+      ->check(CLI::Range(0.0, 100.0));
   app.add_option("--behaviour-weight-cap", weight_cap, "decoupled: cap on the behaviour importance weight")
       ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--temperature", options.expected_temperature,
@@ -181,6 +185,7 @@ int main(int argc, char** argv) try {
                           {"min_lr_ratio", options.min_lr_ratio},
                           {"clip", clip},
                           {"minibatches", options.update.minibatches},
+                          {"kl_coef", options.update.loss.kl_coef},
                           {"eval_every", options.eval_every},
                           {"eval_tasks", options.eval_tasks},
                           {"temperature", options.expected_temperature ? nlohmann::json(*options.expected_temperature)
@@ -213,7 +218,17 @@ int main(int argc, char** argv) try {
   if (!model) return fail(policy_path + ": " + model.error().message);
   const policy::Metadata metadata = contents.value().metadata;
 
+  const policy::ModelConfig loop_model_config = model.value().config();
   trainer::TrainerLoop loop_(options, std::move(model).value(), loop::carried_metadata(metadata));
+  if (options.update.loss.kl_coef > 0.0) {
+    const std::string reference_path = training::policy_file(start_dir);
+    auto reference = policy::load_model(reference_path, device.value());
+    if (!reference) return fail(reference_path + " (the KL term's reference): " + reference.error().message);
+    if (!(reference.value().config() == loop_model_config))
+      return fail(reference_path + " (the KL term's reference) is a policy of another shape than " + policy_path +
+                  ": resume with the --start the run began from");
+    loop_.set_reference(std::move(reference).value());
+  }
   if (resuming) {
     auto progress = loop::read_rl_progress(metadata);
     if (!progress) return fail(policy_path + ": " + progress.error().message);

@@ -42,6 +42,13 @@ PolicyLoss policy_loss(const PolicyLossInputs& in, const PolicyLossOptions& opti
   }
   const double kept = mask.sum().item<double>();
   out.tokens = static_cast<std::int64_t>(kept);
+  if (options.kl_coef > 0.0) {
+    TORCH_CHECK(in.reference_log_probs.defined(), "policy_loss: kl_coef > 0 needs reference_log_probs");
+    const torch::Tensor log_ratio = in.reference_log_probs.detach() - in.log_probs;
+    const torch::Tensor k3 = log_ratio.exp() - log_ratio - 1.0;
+    if (kept > 0) out.kl = (k3.detach() * mask).sum().item<double>() / kept;
+    per_token = per_token + options.kl_coef * k3;
+  }
   out.loss = (per_token * mask).sum() / std::max(kept, 1.0);
   return out;
 }

@@ -14,11 +14,19 @@
 //   behav_imp_weight_cap).
 // - loss = sum of l_t over the tokens kept / their number (a token mean over
 //   the batch); 0 with no token kept.
+// - With kl_coef > 0 (and reference_log_probs given), the loss adds
+//   kl_coef * the token mean of k3_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+//   over the same tokens: the unbiased, never negative estimate of
+//   KL(current || reference) that GRPO uses, whose gradient pulls each
+//   sampled token's log-prob back towards the reference policy's (e.g. the
+//   warm start, so that RL does not unlearn what the start had right).
+//   `kl` reports that token mean (0 without a reference).
 // - Diagnostics over the kept tokens: the share where the clip was active
 //   (A > 0 and r > 1 + eps, or A < 0 and r < 1 - eps), mean ratio, mean
 //   behaviour weight; tokens left out by the cap.
 // - Inputs: log_probs [B, N] (differentiable), behaviour_log_probs,
-//   proximal_log_probs (decoupled only) and loss_mask [B, N], advantages
+//   proximal_log_probs (decoupled only), reference_log_probs (kl_coef > 0
+//   only) and loss_mask [B, N], advantages
 //   [B]. Mismatched shapes throw c10::Error (torch), a programming error.
 // - Pure function of its inputs; any thread.
 #pragma once
@@ -40,12 +48,14 @@ struct PolicyLossOptions {
   double clip_epsilon = 0.2;
   bool decoupled = false;
   double behaviour_weight_cap = 0.0;  // 0: no cap
+  double kl_coef = 0.0;               // 0: no KL term (reference_log_probs unused)
 };
 
 struct PolicyLossInputs {
   torch::Tensor log_probs;
   torch::Tensor behaviour_log_probs;
   torch::Tensor proximal_log_probs;
+  torch::Tensor reference_log_probs;
   torch::Tensor loss_mask;
   torch::Tensor advantages;
 };
@@ -57,6 +67,7 @@ struct PolicyLoss {
   double clipped_fraction = 0.0;
   double mean_ratio = 1.0;
   double mean_behaviour_weight = 1.0;
+  double kl = 0.0;  // token mean of k3 against the reference (0 without one)
 };
 
 PolicyLoss policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& options);

@@ -21,6 +21,8 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   std::vector<double> rewards;
   RlUpdateReport report;
   if (groups.empty()) return zorplex::Error{"an RL update needs at least one trajectory"};
+  if (options_.loss.kl_coef > 0.0 && reference_ == nullptr)
+    return zorplex::Error{"an RL update with a KL term (kl_coef > 0) needs a reference policy (set_reference)"};
   const double temperature = groups.front().temperature;
   for (const algorithms::TrajectoryGroup& group : groups) {
     if (group.temperature != temperature) {
@@ -68,6 +70,7 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     TokenBatch batch;
     torch::Tensor advantages;
     torch::Tensor proximal;
+    torch::Tensor reference;
   };
   std::vector<Minibatch> minibatches;
   for (std::size_t k = 0; k < m; ++k) {
@@ -79,15 +82,20 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     }
     auto batch = make_token_batch(members, model_->config().max_seq_len, model_->device());
     if (!batch) return batch.error();
-    Minibatch mb{std::move(batch).value(), torch::Tensor(), torch::Tensor()};
+    Minibatch mb{std::move(batch).value(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     mb.advantages = torch::tensor(member_advantages, torch::kFloat64).to(torch::kFloat32).to(model_->device());
     if (options_.loss.decoupled) {
       torch::NoGradGuard no_grad;
       mb.proximal = batch_log_probs(*model_, mb.batch, temperature);
     }
+    if (options_.loss.kl_coef > 0.0) {
+      torch::NoGradGuard no_grad;
+      mb.reference = batch_log_probs(*reference_, mb.batch, temperature);
+    }
     minibatches.push_back(std::move(mb));
   }
-  double token_weighted_clip = 0.0, token_weighted_ratio = 0.0, token_weighted_weight = 0.0, loss_sum = 0.0;
+  double token_weighted_clip = 0.0, token_weighted_ratio = 0.0, token_weighted_weight = 0.0,
+         token_weighted_kl = 0.0, loss_sum = 0.0;
   report.applied = true;
   for (Minibatch& mb : minibatches) {
     PolicyLossInputs in;
@@ -95,6 +103,7 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     in.loss_mask = mb.batch.loss_mask;
     in.advantages = mb.advantages;
     in.proximal_log_probs = mb.proximal;
+    in.reference_log_probs = mb.reference;
     model_->zero_grad();
     in.log_probs = batch_log_probs(*model_, mb.batch, temperature);
     const PolicyLoss loss = policy_loss(in, options_.loss);
@@ -110,6 +119,7 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     token_weighted_clip += loss.clipped_fraction * tokens;
     token_weighted_ratio += loss.mean_ratio * tokens;
     token_weighted_weight += loss.mean_behaviour_weight * tokens;
+    token_weighted_kl += loss.kl * tokens;
   }
   if (options_.baseline == BaselineKind::kRunningMean) baseline_.update(rewards);
   report.minibatches = static_cast<int>(minibatches.size());
@@ -119,6 +129,7 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     report.clipped_fraction = token_weighted_clip / tokens;
     report.mean_ratio = token_weighted_ratio / tokens;
     report.mean_behaviour_weight = token_weighted_weight / tokens;
+    report.kl = token_weighted_kl / tokens;
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;

@@ -4,7 +4,9 @@
 // Contract
 // - RlUpdater owns nothing but its options, the optimizer state and the
 //   REINFORCE baseline; it borrows the model (which must outlive it) and
-//   updates its flat buffer in place through FlatAdamW.
+//   updates its flat buffer in place through FlatAdamW. It borrows the
+//   reference policy of the KL term too (set_reference(); must outlive it,
+//   same config and device; only read).
 // - update(groups): advantages per trajectory (kGroupMean: r - mean of its
 //   group, divided by the group's std when normalize_advantages, i.e. GRPO;
 //   kRunningMean: r - b with RunningMeanBaseline, updated after the step);
@@ -16,7 +18,11 @@
 //   one pass); with the decoupled objective, the proximal log-probs of every
 //   minibatch are computed first from the weights before the update (no
 //   grad); then per minibatch: policy_loss() over its generated tokens,
-//   backward, clip, one AdamW step at lr. From the second minibatch on, the
+//   backward, clip, one AdamW step at lr. With loss.kl_coef > 0 the
+//   reference policy's log-probs (set_reference(); no grad) are computed
+//   for every minibatch first too, and the loss pulls towards them
+//   (policy_loss.h); update() refuses to run without a reference then.
+//   From the second minibatch on, the
 //   current policy differs from the behaviour and proximal ones, so ratios
 //   leave 1 and the clip acts. The report's loss is the mean over
 //   minibatches, its ratio and clip diagnostics token-weighted.
@@ -67,6 +73,7 @@ struct RlUpdateReport {
   double clipped_fraction = 0.0;
   double mean_ratio = 1.0;
   double mean_behaviour_weight = 1.0;
+  double kl = 0.0;           // token-weighted k3 estimate of KL(current || reference); 0 without the term
   double temperature = 1.0;  // the groups' sampling temperature the log-probs were computed at
   int minibatches = 1;       // optimizer steps taken (grad_norm is the largest of them)
   double seconds = 0.0;
@@ -81,11 +88,14 @@ class RlUpdater {
   const RlUpdateOptions& options() const { return options_; }
   // The learning rate of the next update() (a schedule sets it per step).
   void set_lr(double lr) { options_.lr = lr; }
+  // The policy the KL term pulls towards (loss.kl_coef > 0), e.g. the warm start.
+  void set_reference(const policy::Transformer* reference) { reference_ = reference; }
   FlatAdamW& optimizer() { return optimizer_; }
   algorithms::RunningMeanBaseline& baseline() { return baseline_; }
 
  private:
   policy::Transformer* model_;
+  const policy::Transformer* reference_ = nullptr;
   RlUpdateOptions options_;
   FlatAdamW optimizer_;
   algorithms::RunningMeanBaseline baseline_;

@@ -532,6 +532,38 @@ TEST_CASE("policy loss: the decoupled objective weights by pi_prox / pi_behav an
   CHECK(policy_loss(in, options).loss.item<double>() == Approx(-1.6 / 3));
 }
 
+TEST_CASE("policy loss: the KL term adds kl_coef * k3 against the reference, pulling towards it",
+          "[rl][training][loss]") {
+  // Zero advantages: only the KL term is left.
+  const double a = std::log(0.5), b = std::log(0.25);
+  torch::Tensor log_probs = rows({{a, b}, {a, 0.0}}).requires_grad_(true);
+  PolicyLossInputs in;
+  in.log_probs = log_probs;
+  in.behaviour_log_probs = log_probs.detach().clone();
+  in.reference_log_probs = rows({{a, std::log(0.5)}, {std::log(0.125), 0.0}});
+  in.loss_mask = rows({{1, 1}, {1, 0}});
+  in.advantages = torch::zeros({2}, torch::kFloat64);
+  PolicyLossOptions options;
+  options.kl_coef = 0.5;
+  const PolicyLoss loss = policy_loss(in, options);
+  // k3(d) = e^d - d - 1 with d = ref - logp: token (0,0) d = 0 -> 0; (0,1) d = ln 2 -> 1 - ln 2;
+  // (1,0) d = -ln 4 -> 1/4 + ln 4 - 1; (1,1) masked out. Mean over the 3 kept tokens.
+  const double k01 = 1.0 - std::log(2.0), k10 = 0.25 + std::log(4.0) - 1.0;
+  CHECK(loss.kl == Approx((k01 + k10) / 3));
+  CHECK(loss.loss.item<double>() == Approx(0.5 * (k01 + k10) / 3));
+  loss.loss.backward();
+  // d k3 / d logp = 1 - e^d: negative where the reference is more likely (the log-prob is pushed up),
+  // positive where it is less likely (pushed down), 0 where they agree and where masked.
+  CHECK(torch::allclose(log_probs.grad(), rows({{0.0, 0.5 * (1.0 - 2.0) / 3}, {0.5 * (1.0 - 0.25) / 3, 0.0}})));
+  // No term without a coefficient; a coefficient without a reference is a programming error.
+  options.kl_coef = 0.0;
+  CHECK(policy_loss(in, options).loss.item<double>() == 0.0);
+  CHECK(policy_loss(in, options).kl == 0.0);
+  options.kl_coef = 0.5;
+  in.reference_log_probs = torch::Tensor();
+  CHECK_THROWS(policy_loss(in, options));
+}
+
 namespace {
 
 // `count` episodes of one easy compositional task (the first of `task_seed`)
@@ -667,5 +699,52 @@ TEST_CASE("RL update: with PPO minibatches the policies part and the clip acts, 
     CHECK(report.value().clipped_fraction > 0.0);
     CHECK(std::abs(report.value().mean_ratio - 1.0) > 1e-3);
     CHECK(report.value().trajectories == 8);
+  }
+}
+
+TEST_CASE("RL update: the KL term pulls a moved policy back to the reference; without it nothing moves",
+          "[rl][training][loss]") {
+  auto reference = policy::Transformer::create(tiny_config(), 7);
+  REQUIRE(reference.ok());
+  // The policy: the reference's weights plus noise, in a buffer of its own.
+  auto model = policy::Transformer::wrap(
+      tiny_config(), reference.value().flat_parameters() + 0.05 * torch::randn_like(reference.value().flat_parameters()));
+  REQUIRE(model.ok());
+  // Equal rewards: every advantage is 0, so the policy-gradient term is 0.
+  algorithms::TrajectoryGroup group = sampled_group(model.value(), 45, 4);
+  RlUpdateOptions options;
+  options.lr = 3e-3;
+  options.adamw.weight_decay = 0.0;
+  options.loss.kl_coef = 1.0;
+  SECTION("with a reference: the KL estimate falls step after step") {
+    RlUpdater updater(model.value(), options);
+    updater.set_reference(&reference.value());
+    std::vector<double> kl;
+    for (int step = 0; step < 6; ++step) {
+      auto report = updater.update({group});
+      REQUIRE(report.ok());
+      kl.push_back(report.value().kl);
+    }
+    INFO("kl first " << kl.front() << ", last " << kl.back());
+    CHECK(kl.front() > 1e-3);
+    for (std::size_t i = 1; i < kl.size(); ++i) CHECK(kl[i] < kl[i - 1]);
+    CHECK(kl.back() < 0.5 * kl.front());
+  }
+  SECTION("without the term the zero-advantage update leaves the weights as they are") {
+    options.loss.kl_coef = 0.0;
+    const torch::Tensor before = model.value().flat_parameters().clone();
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group});
+    REQUIRE(report.ok());
+    CHECK(report.value().kl == 0.0);
+    CHECK(torch::equal(model.value().flat_parameters(), before));
+  }
+  SECTION("a KL term with no reference set is refused, the weights untouched") {
+    const torch::Tensor before = model.value().flat_parameters().clone();
+    RlUpdater updater(model.value(), options);
+    auto report = updater.update({group});
+    REQUIRE_FALSE(report.ok());
+    CHECK(report.error().message.find("reference policy") != std::string::npos);
+    CHECK(torch::equal(model.value().flat_parameters(), before));
   }
 }
