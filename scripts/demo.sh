@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The main job: the full RL loop on Zorplex over libweightsync, on localhost.
 #   1. the SFT warm start of the policy (cached: $WEIGHTSYNC_CACHE_DIR, default
-#      ~/.cache/weightsync; about 9 minutes on a 2-vCPU VM the first time,
-#      the whole demo about 14),
+#      ~/.cache/weightsync; 9 to 10 minutes on a 2-vCPU VM the first time,
+#      the whole demo 14 to 17),
 #   2. greedy evaluation of that starting policy on 200 held-out easy tasks
 #      (the targets') and 200 medium ones,
 #   3. a sync run and an async run of GRPO from it on easy and medium tasks
-#      (+, -, *; prompt by prompt),
+#      (+, -, *; prompt by prompt; each prompt the one of 4 drawn with the
+#      most carries or borrows, rl-run.sh --carry-candidates 4),
 #      each a trainer and two generator processes exchanging weights through
-#      libweightsync, the trainer evaluating greedily on 100 held-out easy
+#      libweightsync, the trainer evaluating greedily on 50 held-out easy
 #      tasks every 10 steps,
 #   4. the same evaluations after each run, then OUT/report.json and the plots
 #      OUT/plots/learning.png and OUT/plots/timeline.png.
@@ -34,12 +35,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# The learning curve: the trainer evaluates greedily on 100 held-out tasks
+# The learning curve: the trainer evaluates greedily on 50 held-out tasks
 # every 10 steps and after the last (trainer options go after rl-run's --).
 has_trainer_options=""
 for arg in "${extra[@]}"; do [ "$arg" = -- ] && has_trainer_options=1; done
 [ -n "$has_trainer_options" ] || extra+=(--)
-extra+=(--eval-every 10 --eval-tasks 100)
+extra+=(--eval-every 10 --eval-tasks 50)
 
 "$root/scripts/install-deps.sh"
 echo "demo: building trainer, generator and tools (the first build takes several minutes)..."
@@ -66,8 +67,9 @@ else
 fi
 
 evaluate() {  # evaluate NAME CHECKPOINT: easy (eval-NAME.json) and medium (eval-medium-NAME.json)
-  "$rl/zorplex-eval" --checkpoint "$2" --json "$out/eval-$1.json" > "$out/eval-$1.log" 2>&1
-  "$rl/zorplex-eval" --checkpoint "$2" --difficulty medium --json "$out/eval-medium-$1.json" \
+  # Batches of 64 episodes: about 20% faster than the default 16 here, the same answers.
+  "$rl/zorplex-eval" --checkpoint "$2" --batch 64 --json "$out/eval-$1.json" > "$out/eval-$1.log" 2>&1
+  "$rl/zorplex-eval" --checkpoint "$2" --batch 64 --difficulty medium --json "$out/eval-medium-$1.json" \
     > "$out/eval-medium-$1.log" 2>&1
   local easy medium
   easy=$(sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' "$out/eval-$1.json" | head -n 1)
@@ -80,7 +82,7 @@ evaluate before "$cache"
 for mode in sync async; do
   echo "demo: [$(elapsed)] $mode run: trainer + $generators generators, $steps steps (logs in $out/$mode)"
   "$root/scripts/rl-run.sh" --start "$cache" --out "$out/$mode" --mode "$mode" --steps "$steps" \
-    --generators "$generators" --task compositional:easy,compositional:medium "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
+    --generators "$generators" --task compositional:easy,compositional:medium --carry-candidates 4 "${extra[@]}" | "$root/scripts/rl-progress.sh" "demo: $mode"
   evaluate "after-$mode" "$out/$mode"
 done
 

