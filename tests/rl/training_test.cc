@@ -702,7 +702,7 @@ TEST_CASE("RL update: with PPO minibatches the policies part and the clip acts, 
   }
 }
 
-TEST_CASE("RL update: the KL term pulls a moved policy back to the reference; without it nothing moves",
+TEST_CASE("RL update: the KL term pulls a moved policy back to the reference, and without it nothing moves",
           "[rl][training][loss]") {
   auto reference = policy::Transformer::create(tiny_config(), 7);
   REQUIRE(reference.ok());
