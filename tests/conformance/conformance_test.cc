@@ -144,6 +144,7 @@ TEST_CASE("torn-read stress: 2-slot ring, in-place writer, slow reader, 1000 pul
       if (slow_chunks-- > 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
     };
     auto pulled = sub->pull(Destination::contiguous(image->data(), image->size()), pull);
+    INFO("pull " << i << ": " << pulled.status().to_string());
     REQUIRE(pulled.ok());
     retries += pulled->retries;
     if (image_mismatch(sub->layout(), image->data(), pulled->version) != -1) ++mixed;

@@ -706,7 +706,8 @@ TEST_CASE("RL update: the KL term pulls a moved policy back to the reference, an
           "[rl][training][loss]") {
   auto reference = policy::Transformer::create(tiny_config(), 7);
   REQUIRE(reference.ok());
-  // The policy: the reference's weights plus noise, in a buffer of its own.
+  // The policy: the reference's weights plus seeded noise, in a buffer of its own.
+  torch::manual_seed(705);
   auto model = policy::Transformer::wrap(
       tiny_config(), reference.value().flat_parameters() + 0.05 * torch::randn_like(reference.value().flat_parameters()));
   REQUIRE(model.ok());
@@ -719,13 +720,17 @@ TEST_CASE("RL update: the KL term pulls a moved policy back to the reference, an
   SECTION("with a reference: the KL estimate falls step after step") {
     RlUpdater updater(model.value(), options);
     updater.set_reference(&reference.value());
+    // 4 steps: the estimate falls by a third or more at each of them; later
+    // steps flatten out near Adam's step size, where a strict fall is noise.
     std::vector<double> kl;
-    for (int step = 0; step < 6; ++step) {
+    for (int step = 0; step < 4; ++step) {
       auto report = updater.update({group});
       REQUIRE(report.ok());
       kl.push_back(report.value().kl);
     }
-    INFO("kl first " << kl.front() << ", last " << kl.back());
+    std::ostringstream trace;
+    for (double k : kl) trace << k << " ";
+    INFO("kl by step: " << trace.str());
     CHECK(kl.front() > 1e-3);
     for (std::size_t i = 1; i < kl.size(); ++i) CHECK(kl[i] < kl[i - 1]);
     CHECK(kl.back() < 0.5 * kl.front());

@@ -1,10 +1,12 @@
 // SlotRing: slot choice, seqlock stamps, leases and the full-ring policies.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
 #include "ring/slot_ring.h"
+#include "transport/direct_copy.h"
 
 using namespace weightsync;
 using namespace weightsync::detail;
@@ -348,4 +350,42 @@ TEST_CASE("ring: a streaming in-progress version is leased only by streaming rea
   CHECK(done->checksum == 0x77);
   // The old revoked lease stays revoked even though the slot now holds version 3 again.
   CHECK(ring->stream_state(8, streamed->lease_id).status().code() == ErrorCode::kVersionRevoked);
+}
+
+// The reader's no-round-trip check (shm): a writer that commits one slot and
+// opens the other between the reader's two stamp loads must not make the
+// reader see "nothing committed" (the race behind a kNotReady pull in CI).
+TEST_CASE("ring: the mapped-stamp check never reports less than was committed before it, under a lapping writer",
+          "[ring][race]") {
+  auto ring = make_ring(2, FullRingPolicy::kRevokeOldest);
+  const auto* stamps = static_cast<const std::atomic<std::uint64_t>*>(ring->stamp_region().data());
+  std::atomic<std::uint64_t> committed{0};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (std::uint64_t v = 1; !stop.load(std::memory_order_relaxed) && v < (1u << 30); ++v) {
+      auto slot = ring->reserve(v);
+      if (!slot.ok()) return;
+      ring->commit(slot->slot, v, std::nullopt);
+      committed.store(v, std::memory_order_release);
+    }
+  });
+  while (committed.load() == 0) std::this_thread::yield();
+  std::uint64_t calls = 0, answered = 0, too_old = 0, worst_before = 0, worst_seen = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < end && calls < 20'000'000) {
+    const std::uint64_t before = committed.load(std::memory_order_acquire);
+    const auto seen = newest_committed_stamp(stamps, ring->slot_count());
+    ++calls;
+    if (!seen) continue;
+    ++answered;
+    if (*seen < before) {
+      if (too_old++ == 0) worst_before = before, worst_seen = *seen;
+    }
+  }
+  stop = true;
+  writer.join();
+  INFO(calls << " checks, " << answered << " answered, " << too_old << " older than already committed (first: saw "
+             << worst_seen << " after " << worst_before << " was committed)");
+  CHECK(too_old == 0);
+  CHECK(answered > calls / 2);  // an unstable page is retried, rarely given up on
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "common/tsan.h"
 #include "transport/data_channel.h"
@@ -46,6 +47,35 @@ inline Result<std::uint64_t> copy_mapped_slot(const ReadRequest& request, const 
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   return stamp->load(std::memory_order_relaxed);
+}
+
+// The newest version committed in a mapped stamp page of `count` slots, read
+// without a round trip (a reader's "is there anything newer?" check), or
+// nullopt when the page kept changing or holds over 64 slots (then ask the
+// publisher).
+// One pass is not enough: a writer may commit slot A and open slot B between
+// the loads of A and B, and a single pass then sees both odd, "nothing
+// committed". A pass is trusted only when a second pass reads the same stamps:
+// stamps only grow (or drop to 0 on abandon), so an unchanged page held those
+// values together at the moment between the two passes.
+inline std::optional<std::uint64_t> newest_committed_stamp(const std::atomic<std::uint64_t>* stamps,
+                                                           std::size_t count) {
+  constexpr std::size_t kMaxSlots = 64;
+  constexpr int kAttempts = 4;
+  if (count > kMaxSlots) return std::nullopt;
+  std::uint64_t first[kMaxSlots];
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    for (std::size_t s = 0; s < count; ++s) first[s] = stamps[s].load(std::memory_order_acquire);
+    std::uint64_t newest = 0;
+    bool stable = true;
+    for (std::size_t s = 0; s < count && stable; ++s) {
+      const std::uint64_t stamp = stamps[s].load(std::memory_order_acquire);
+      stable = stamp == first[s];
+      if ((stamp & 1u) == 0) newest = std::max(newest, stamp >> 1);
+    }
+    if (stable) return newest;
+  }
+  return std::nullopt;
 }
 
 }  // namespace weightsync::detail

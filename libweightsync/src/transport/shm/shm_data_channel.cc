@@ -110,13 +110,8 @@ class ShmDataChannel final : public DataChannel {
   void close() override {}
 
   std::optional<std::uint64_t> newest_committed() const override {
-    const auto* stamps = reinterpret_cast<const std::atomic<std::uint64_t>*>(stamps_.data());
-    std::uint64_t newest = 0;
-    for (std::size_t s = 0; s < slots_.size(); ++s) {
-      const std::uint64_t stamp = stamps[s].load(std::memory_order_acquire);
-      if ((stamp & 1u) == 0) newest = std::max(newest, stamp >> 1);
-    }
-    return newest;
+    return newest_committed_stamp(reinterpret_cast<const std::atomic<std::uint64_t>*>(stamps_.data()),
+                                  slots_.size());
   }
 
  private:
