@@ -720,7 +720,7 @@ TEST_CASE("RL update: the KL term pulls a moved policy back to the reference, an
   SECTION("with a reference: the KL estimate falls step after step") {
     RlUpdater updater(model.value(), options);
     updater.set_reference(&reference.value());
-    // 4 steps: the estimate falls by a third or more at each of them; later
+    // 4 steps: the estimate falls at each (by over a third, seeded); later
     // steps flatten out near Adam's step size, where a strict fall is noise.
     std::vector<double> kl;
     for (int step = 0; step < 4; ++step) {
