@@ -100,3 +100,69 @@ TEST_CASE("view registry: after a commit, views leased at the previous version a
   CHECK(*cold_sum == hash_by_hand(*ring, slot, cold_entries));
   CHECK(views.counters().hashed_on_lease == before_cold.hashed_on_lease + 1);  // cold: hashed on lease
 }
+
+// Issue 30, finding 1: add() appended to a view's entry list while the
+// pre-hashing thread iterated it outside the lock (a use-after-free when the
+// vector grew; the publisher died with SIGSEGV), and the pre-hash of the old
+// list was then cached as the checksum of the new one. Here a hot view of
+// 64 Ki ranges is pre-hashed after each commit while the lease thread
+// appends to it; every checksum must be the hash of the whole view as it is
+// when leased. Under ASan or TSan the old code also reports the race itself.
+TEST_CASE("view registry: appending to a view while it is pre-hashed neither races nor caches a stale checksum",
+          "[views][finding1]") {
+  constexpr std::uint64_t kBigSlot = 1 << 20;
+  auto created = SlotRing::create(3, kBigSlot, FullRingPolicy::kRevokeOldest, std::chrono::seconds(60),
+                                  memfd_slot_allocator(false));
+  REQUIRE(created.ok());
+  SlotRing& ring = **created;
+  auto publish_big = [&](std::uint64_t version) {
+    auto r = ring.reserve(version);
+    REQUIRE(r.ok());
+    std::memset(r->data, static_cast<int>(version), kBigSlot);
+    static_cast<unsigned char*>(r->data)[version % kBigSlot] = 0x5a;
+    ring.commit(r->slot, version, std::nullopt);
+    return r->slot;
+  };
+  ViewRegistry views(kBigSlot);
+  views.start_prehashing(&ring);
+  // 60 Ki one-byte ranges: a hash takes a millisecond or so, long enough to append during it.
+  std::vector<ViewEntry> entries = {{0, 1, 60u << 10, 2}};
+  auto view = views.add(1, RegisterViewMsg{0, entries});
+  REQUIRE(view.ok());
+  std::uint32_t slot = publish_big(1);
+  REQUIRE(views.checksum(1, view->view_id, ring, slot, 1u << 1).ok());  // leased: hot from now on
+  int stale = 0;
+  for (std::uint64_t v = 2; v <= 60; ++v) {
+    slot = publish_big(v);
+    views.committed(slot, v << 1);  // the pre-hasher starts on the view ...
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * (v % 8)));
+    const ViewEntry more{(200u << 10) + (v - 2) * 16, 16, 1, 0};  // ... while the session appends to it
+    REQUIRE(views.add(1, RegisterViewMsg{view->view_id, {more}}).ok());
+    entries.push_back(more);
+    auto sum = views.checksum(1, view->view_id, ring, slot, v << 1);
+    REQUIRE(sum.ok());
+    if (*sum != hash_by_hand(ring, slot, entries)) ++stale;
+  }
+  CHECK(stale == 0);
+}
+
+// Issue 30, finding 11: hashing costs per range, not only per byte. One
+// entry of one-byte ranges over the whole slot was accepted (64 Mi ranges
+// cost 0.5-1.4 s of publisher CPU per view per version); now a session's
+// views describe at most max(64 Ki, slot_bytes / 64) ranges in all.
+TEST_CASE("view registry: a session's views are bounded in ranges, not only in bytes", "[views][finding11]") {
+  constexpr std::uint64_t kBig = 64ull << 20;  // a 64 MiB slot: at most 1 Mi ranges
+  ViewRegistry views(kBig);
+  CHECK(ViewRegistry::max_ranges_per_session(kBig) == (1u << 20));
+  CHECK(ViewRegistry::max_ranges_per_session(kSlotBytes) == (1u << 16));
+  auto one_byte_ranges = views.add(1, RegisterViewMsg{0, {{0, 1, kBig / 2, 2}}});  // 32 Mi ranges, 32 MiB
+  REQUIRE_FALSE(one_byte_ranges.ok());
+  CHECK(one_byte_ranges.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(one_byte_ranges.status().message(), Catch::Contains("ranges"));
+  // The cap is per session, across views and appends; long ranges stay cheap.
+  auto first = views.add(2, RegisterViewMsg{0, {{0, 8, 1u << 19, 64}}});  // 512 Ki ranges
+  REQUIRE(first.ok());
+  CHECK(views.add(2, RegisterViewMsg{first->view_id, {{32ull << 20, 8, 1u << 19, 64}}}).ok());  // 1 Mi in all
+  CHECK_FALSE(views.add(2, RegisterViewMsg{0, {{kBig - 64, 1, 1, 1}}}).ok());  // one more is refused
+  CHECK(views.add(3, RegisterViewMsg{0, {{0, kBig / 2, 1, 0}}}).ok());  // one long range: any session
+}

@@ -29,17 +29,23 @@ Result<std::uint64_t> entry_bytes(const ViewEntry& e, std::uint64_t slot_bytes) 
 }  // namespace
 
 Result<ViewMsg> ViewRegistry::add(std::uint64_t session, const RegisterViewMsg& request) {
-  std::uint64_t added = 0;
+  std::uint64_t added = 0, added_ranges = 0;
   for (const auto& e : request.entries) {
     auto bytes = entry_bytes(e, slot_bytes_);
     if (!bytes.ok()) return bytes.status();
     if (__builtin_add_overflow(added, *bytes, &added) || added > slot_bytes_)
       return refuse("a view covers more bytes than the slot holds; name each byte once");
+    if (__builtin_add_overflow(added_ranges, e.count, &added_ranges)) added_ranges = ~0ull;
   }
   std::lock_guard<std::mutex> lock(mu_);
   Session& s = sessions_[session];
   if (s.entries + request.entries.size() > kMaxEntriesPerSession) {
     return refuse("views of this session would exceed " + std::to_string(kMaxEntriesPerSession) + " entries");
+  }
+  const std::uint64_t max_ranges = max_ranges_per_session(slot_bytes_);
+  if (added_ranges > max_ranges || s.ranges + added_ranges > max_ranges) {
+    return refuse("views of this session would describe more than " + std::to_string(max_ranges) +
+                  " ranges (one per 64 bytes of the slot); merge adjacent ranges into longer ones");
   }
   std::shared_ptr<View> view;
   std::uint32_t id = request.view_id;
@@ -57,15 +63,22 @@ Result<ViewMsg> ViewRegistry::add(std::uint64_t session, const RegisterViewMsg& 
   }
   if (view->bytes + added > slot_bytes_)
     return refuse("a view covers more bytes than the slot holds; name each byte once");
-  view->entries.insert(view->entries.end(), request.entries.begin(), request.entries.end());
+  // A new list: a hash running now keeps reading the old one (finding 1).
+  auto entries = std::make_shared<std::vector<ViewEntry>>();
+  entries->reserve(view->entries->size() + request.entries.size());
+  entries->insert(entries->end(), view->entries->begin(), view->entries->end());
+  entries->insert(entries->end(), request.entries.begin(), request.entries.end());
+  view->entries = std::move(entries);
   view->bytes += added;
+  view->ranges += added_ranges;
   view->stamp = 0;  // a changed view has no cached checksum
   s.entries += request.entries.size();
-  return ViewMsg{id, view->entries.size()};
+  s.ranges += added_ranges;
+  return ViewMsg{id, view->entries->size()};
 }
 
-Result<std::uint64_t> ViewRegistry::hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
-                                               std::uint64_t stamp) const {
+Result<std::uint64_t> ViewRegistry::hash_view(const std::vector<ViewEntry>& entries, const SlotRing& ring,
+                                               std::uint32_t slot, std::uint64_t stamp) const {
   // Seqlock read: the bytes count only if the slot still holds `stamp` after.
   if (ring.stamp_before(slot) != stamp) {
     return Status(ErrorCode::kVersionRevoked, "the leased version was replaced before its view was hashed");
@@ -74,7 +87,7 @@ Result<std::uint64_t> ViewRegistry::hash_view(const View& view, const SlotRing& 
   const auto* base = static_cast<const std::uint8_t*>(ring.slot_data(slot));
   {
     SeqlockReadScope racy_by_design;
-    for (const auto& e : view.entries) {
+    for (const auto& e : entries) {
       for (std::uint64_t i = 0; i < e.count; ++i) hasher.update(base + e.offset + i * e.stride, e.length);
     }
   }
@@ -87,6 +100,7 @@ Result<std::uint64_t> ViewRegistry::hash_view(const View& view, const SlotRing& 
 Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_t view_id, const SlotRing& ring,
                                              std::uint32_t slot, std::uint64_t stamp) {
   std::shared_ptr<View> view;
+  Entries entries;
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto s = sessions_.find(session);
@@ -99,13 +113,16 @@ Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_
     // Being pre-hashed for this very version: wait for it (it is already running).
     cv_.wait(lock, [&] { return view->hashing_stamp != stamp || stopping_; });
     if (view->stamp == stamp && view->slot == slot && stamp != 0) return view->checksum;
+    entries = view->entries;
   }
-  auto sum = hash_view(*view, ring, slot, stamp);
+  auto sum = hash_view(*entries, ring, slot, stamp);
   if (!sum.ok()) return sum;
   std::lock_guard<std::mutex> lock(mu_);
-  view->slot = slot;
-  view->stamp = stamp;
-  view->checksum = *sum;
+  if (view->entries == entries) {  // not changed meanwhile: cache it
+    view->slot = slot;
+    view->stamp = stamp;
+    view->checksum = *sum;
+  }
   ++counters_.hashed_on_lease;
   return sum;
 }
@@ -154,11 +171,12 @@ void ViewRegistry::prehash_loop() {
     for (auto& view : hot) {
       if (stopping_ || job_) break;  // stopping, or a newer commit: hash for that one instead
       view->hashing_stamp = stamp;
+      const Entries entries = view->entries;  // kept alive and unchanged while hashed
       lock.unlock();
-      auto sum = hash_view(*view, *ring_, slot, stamp);
+      auto sum = hash_view(*entries, *ring_, slot, stamp);
       lock.lock();
       view->hashing_stamp = 0;
-      if (sum.ok()) {
+      if (sum.ok() && view->entries == entries) {  // the view did not change meanwhile
         view->slot = slot;
         view->stamp = stamp;
         view->checksum = *sum;

@@ -5,9 +5,13 @@
 // Bounds (a hostile authenticated peer): every range lies in the slot, a
 // view covers at most slot_bytes bytes, a session has at most
 // kMaxViewsPerSession views and kMaxEntriesPerSession entries in all (32
-// bytes each), and a view's checksum is computed at most once per committed
-// version it is leased at (cached by slot stamp): a session can make the
-// publisher hash at most kMaxViewsPerSession x slot_bytes per version.
+// bytes each) describing at most max_ranges_per_session(slot_bytes) ranges
+// in all (an entry is `count` ranges, and hashing costs per range as well as
+// per byte: one entry of 64 Mi one-byte ranges cost 0.5-1.4 s a version
+// before this cap; issue 30, finding 11), and a view's checksum is computed
+// at most once per committed version it is leased at (cached by slot stamp):
+// a session can make the publisher hash at most kMaxViewsPerSession x
+// slot_bytes bytes in at most max(64 Ki, slot_bytes / 64) ranges per version.
 //
 // Pre-hashing: with start_prehashing(), committed() (called by the
 // publishing thread after each commit, never blocking it) has the
@@ -42,6 +46,12 @@ class ViewRegistry {
  public:
   static constexpr std::size_t kMaxViewsPerSession = 16;
   static constexpr std::uint64_t kMaxEntriesPerSession = 1u << 16;
+  // Ranges a session's views may describe in all: a range per 64 bytes of
+  // the slot (so their per-range cost is at most about that of hashing the
+  // slot once more), and never fewer than 64 Ki.
+  static constexpr std::uint64_t max_ranges_per_session(std::uint64_t slot_bytes) {
+    return slot_bytes / 64 > (1u << 16) ? slot_bytes / 64 : (1u << 16);
+  }
 
   // key: the integrity layer's version key (view checksums are then keyed
   // tags); null: xxHash3.
@@ -76,9 +86,15 @@ class ViewRegistry {
   Counters counters() const;
 
  private:
+  // A view's ranges never change once published to the view: add() builds a
+  // new list and swaps the pointer, so a hash running outside the mutex keeps
+  // the list it started with alive and unchanged (issue 30, finding 1), and
+  // its result is kept only if the view still has that list.
+  using Entries = std::shared_ptr<const std::vector<ViewEntry>>;
   struct View {
-    std::vector<ViewEntry> entries;
+    Entries entries = std::make_shared<const std::vector<ViewEntry>>();
     std::uint64_t bytes = 0;
+    std::uint64_t ranges = 0;
     // The last checksum computed, for the slot stamped `stamp`.
     std::uint32_t slot = 0;
     std::uint64_t stamp = 0;
@@ -90,11 +106,12 @@ class ViewRegistry {
     std::unordered_map<std::uint32_t, std::shared_ptr<View>> views;
     std::uint32_t next_id = 1;
     std::uint64_t entries = 0;
+    std::uint64_t ranges = 0;
   };
 
   // The view's bytes in `slot`, if it still holds `stamp` after they were read.
-  Result<std::uint64_t> hash_view(const View& view, const SlotRing& ring, std::uint32_t slot,
-                                         std::uint64_t stamp) const;
+  Result<std::uint64_t> hash_view(const std::vector<ViewEntry>& entries, const SlotRing& ring,
+                                  std::uint32_t slot, std::uint64_t stamp) const;
   void prehash_loop();
 
   const std::uint64_t slot_bytes_;
