@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -184,6 +185,34 @@ TEST_CASE("records: a flipped bit anywhere in any record fails, and nothing afte
     CHECK((s.code() == ErrorCode::kProtocolError || s.code() == ErrorCode::kConnectionLost));
   }
   CHECK(refused > 100);
+}
+
+// Issue 30, finding 10: a record that fit the caller's buffer was decrypted
+// straight into it before its tag was checked, so an on-path attacker's
+// chosen bit flip landed in the destination (the engine's live parameters)
+// before the pull failed. Now no byte of a record reaches the caller before
+// its tag verifies.
+TEST_CASE("records: a forged record releases no plaintext into the destination, not even flipped bits",
+          "[records][finding10]") {
+  const auto plain = random_bytes_of(20000, 11);  // two records: 16384 + 3616 bytes
+  const auto raw = records_of(plain);
+  const std::size_t first_body = kRecordHeaderBytes;                   // record 1's ciphertext
+  const std::size_t second_body = kRecordHeaderBytes + 16384 + 1 + kRecordTagBytes + kRecordHeaderBytes;
+  for (std::size_t flipped : {first_body + 100, second_body + 100}) {
+    auto bad = raw;
+    bad[flipped] ^= 0x40;  // the attacker's chosen change to one plaintext byte
+    std::vector<std::uint8_t> got;
+    Status s = receive_raw(bad, plain.size(), &got);
+    INFO("flipped raw byte " << flipped << ": " << s.to_string());
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == ErrorCode::kProtocolError);
+    const std::size_t record_start = flipped < second_body ? 0 : 16384;
+    std::size_t released = 0;  // bytes of the forged record that reached the destination
+    for (std::size_t i = record_start; i < plain.size(); ++i) released += got[i] != 0;
+    CHECK(released == 0);
+    // The records before the forged one were whole and genuine: delivered.
+    CHECK(std::equal(plain.begin(), plain.begin() + record_start, got.begin()));
+  }
 }
 
 TEST_CASE("records: a replayed, reordered or dropped record fails", "[records]") {

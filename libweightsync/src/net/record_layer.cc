@@ -136,38 +136,28 @@ Result<std::size_t> RecordLayer::read_some(int fd, void* out, std::size_t bytes,
       }
       continue;
     }
-    // A whole record that fits the caller's buffer is decrypted straight
-    // into it (one copy less); else into plain_, read out below.
-    const std::size_t cipher_bytes = raw_filled_ - kRecordHeaderBytes - kRecordTagBytes;
-    if (bytes >= cipher_bytes) {
-      auto direct = open_record_into(static_cast<std::uint8_t*>(out), peer);
-      raw_filled_ = 0;
-      if (!direct.ok()) return direct.status();
-      if (*direct > 0) return *direct;
-      continue;  // an empty record
-    }
-    auto opened = open_record_into(nullptr, peer);
+    // Decrypted into plain_ and handed out only once its tag verified:
+    // never straight into the caller's buffer, which is the destination of
+    // a pull (an engine's live parameters; issue 30, finding 10).
+    auto opened = open_record(peer);
     raw_filled_ = 0;
-    if (!opened.ok()) return opened.status();
+    if (!opened.ok()) return opened;
   }
-  const std::size_t take = std::min(bytes, plain_.size() - plain_used_);
+  const std::size_t take = std::min(bytes, plain_size_ - plain_used_);
   std::memcpy(out, plain_.data() + plain_used_, take);
   plain_used_ += take;
   return take;
 }
 
-Result<std::size_t> RecordLayer::open_record_into(std::uint8_t* out, const char* peer) {
+Status RecordLayer::open_record(const char* peer) {
   EVP_CIPHER_CTX* ctx = ctx_->decrypt;
   const std::size_t body = raw_filled_ - kRecordHeaderBytes;
   const std::size_t cipher_bytes = body - kRecordTagBytes;
   const std::uint8_t* cipher = raw_.data() + kRecordHeaderBytes;
   plain_used_ = 0;
-  if (out == nullptr) {
-    plain_.resize(cipher_bytes + 16);
-    out = plain_.data();
-  } else {
-    plain_.clear();
-  }
+  plain_size_ = 0;
+  if (plain_.size() < cipher_bytes) plain_.resize(kMaxRecordBody);  // once: no allocation or fill per record
+  std::uint8_t* out = plain_.data();
   const auto nonce = nonce_of(receive_, receive_seq_);
   int len = 0, final_len = 0;
   if (EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data()) != 1 ||
@@ -175,13 +165,13 @@ Result<std::size_t> RecordLayer::open_record_into(std::uint8_t* out, const char*
       EVP_DecryptUpdate(ctx, out, &len, cipher, static_cast<int>(cipher_bytes)) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kRecordTagBytes,
                           const_cast<std::uint8_t*>(cipher + cipher_bytes)) != 1) {
-    plain_.clear();
+    plain_size_ = 0;
     return openssl_failed("decrypt");
   }
-  // GCM's final step writes nothing; `out` has exactly cipher_bytes of room.
+  // GCM's final step writes nothing; plain_ has room for cipher_bytes.
   std::uint8_t none[16];
   if (EVP_DecryptFinal_ex(ctx, none, &final_len) != 1) {
-    plain_.clear();
+    plain_size_ = 0;  // nothing of a forged record is ever read out
     return Status(ErrorCode::kProtocolError,
                   std::string("a record from ") + peer +
                       " failed authentication: changed, replayed, reordered or forged in transit (or the "
@@ -190,15 +180,12 @@ Result<std::size_t> RecordLayer::open_record_into(std::uint8_t* out, const char*
   std::size_t size = static_cast<std::size_t>(len);
   while (size > 0 && out[size - 1] == 0) --size;  // TLS 1.3 padding
   if (size == 0 || out[size - 1] != kApplicationData) {
-    plain_.clear();
+    plain_size_ = 0;
     return Status(ErrorCode::kProtocolError, std::string("a record from ") + peer + " is not application data");
   }
   ++receive_seq_;
-  if (!plain_.empty()) {
-    plain_.resize(size - 1);
-    return std::size_t{0};  // the plaintext waits in plain_
-  }
-  return size - 1;
+  plain_size_ = size - 1;  // an empty record leaves nothing pending
+  return Status();
 }
 
 }  // namespace weightsync::detail

@@ -13,7 +13,10 @@
 // or spliced between connections without the next record failing.
 //
 // Receive side: reads raw bytes only up to the end of the record it is
-// assembling (never past it), and keeps that record's unread plaintext;
+// assembling (never past it), decrypts it into its own buffer, and releases
+// its plaintext to the caller only after the tag verified (so a forged
+// record changes no byte of the caller's destination); keeps the unread
+// plaintext;
 // has_pending() says when some is waiting (the publisher's event loop then
 // serves the connection without waiting for epoll).
 //
@@ -62,7 +65,7 @@ class RecordLayer {
   // returns how many (0: the socket has nothing more for now).
   Result<std::size_t> read_some(int fd, void* out, std::size_t bytes, const char* peer);
   // True while plaintext of a received record waits to be read.
-  bool has_pending() const noexcept { return plain_used_ < plain_.size(); }
+  bool has_pending() const noexcept { return plain_used_ < plain_size_; }
 
   // Records this side sent and received (the sequence numbers).
   std::uint64_t records_sent() const noexcept { return send_seq_; }
@@ -70,10 +73,9 @@ class RecordLayer {
 
  private:
   RecordLayer() = default;
-  // Decrypts the record in raw_ into `out` (room for its ciphertext's size;
-  // returns the plaintext bytes there), or with out == nullptr into plain_
-  // (returns 0). kProtocolError if it fails; `out` then holds garbage.
-  Result<std::size_t> open_record_into(std::uint8_t* out, const char* peer);
+  // Decrypts the record in raw_ into plain_ and checks its tag; plain_ is
+  // read out only after that (kProtocolError: nothing is left to read).
+  Status open_record(const char* peer);
 
   struct CipherContexts;
   std::unique_ptr<CipherContexts> ctx_;
@@ -83,7 +85,8 @@ class RecordLayer {
   std::uint64_t receive_seq_ = 0;
   std::vector<std::uint8_t> raw_;  // the record being assembled
   std::size_t raw_filled_ = 0;
-  std::vector<std::uint8_t> plain_;  // its plaintext
+  std::vector<std::uint8_t> plain_;  // its plaintext: the first plain_size_ bytes
+  std::size_t plain_size_ = 0;
   std::size_t plain_used_ = 0;
 };
 
