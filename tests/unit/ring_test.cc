@@ -206,11 +206,11 @@ TEST_CASE("ring: a lease timeout below 1 ms is refused", "[ring]") {
 TEST_CASE("ring: under kSkip a slot whose leases all outlived the lease timeout is taken back", "[ring]") {
   constexpr auto kTimeout = std::chrono::milliseconds(250);
   auto ring = make_ring(3, FullRingPolicy::kSkip, kTimeout);
-  // A reader leases every version as it appears and never lets go.
+  // Three readers (sessions 7, 8, 9) each lease one version as it appears and never let go.
   std::vector<LeaseGrant> held;
   for (std::uint64_t v = 1; v <= 3; ++v) {
     publish(*ring, v);
-    auto lease = ring->acquire(7, v - 1);
+    auto lease = ring->acquire(6 + v, v - 1);
     REQUIRE(lease.ok());
     held.push_back(*lease);
   }
@@ -228,8 +228,8 @@ TEST_CASE("ring: under kSkip a slot whose leases all outlived the lease timeout 
   REQUIRE_FALSE(check.ok());
   CHECK(check.status().code() == ErrorCode::kVersionRevoked);
   CHECK(ring->stamp_before(held[0].slot) != held[0].stamp);
-  CHECK(ring->check_lease(7, held[1].lease_id).ok());
-  CHECK(ring->check_lease(7, held[2].lease_id).ok());
+  CHECK(ring->check_lease(8, held[1].lease_id).ok());
+  CHECK(ring->check_lease(9, held[2].lease_id).ok());
   ring->commit(r4->slot, 4, std::nullopt);
   RingStats stats = ring->stats();
   CHECK(stats.skipped == 1);
@@ -237,6 +237,46 @@ TEST_CASE("ring: under kSkip a slot whose leases all outlived the lease timeout 
   CHECK(stats.expired == 1);
   CHECK(stats.active == 2);
   CHECK(stats.published == 4);
+}
+
+// Issue 30, finding 13: one session protects one version at a time. Its
+// leases on older versions are superseded by its newest and may be taken
+// back under kSkip at once; another session's young lease still holds.
+TEST_CASE("ring: under kSkip a session's older leases are superseded by its newest and hold no slot",
+          "[ring][finding13]") {
+  auto ring = make_ring(3, FullRingPolicy::kSkip, std::chrono::seconds(60));
+  std::vector<LeaseGrant> hoarded;
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    publish(*ring, v);
+    auto lease = ring->acquire(7, v - 1);
+    REQUIRE(lease.ok());
+    hoarded.push_back(*lease);
+  }
+  // Before the fix: kBusy for a minute. Now version 1's slot is free to take.
+  auto r4 = ring->reserve(4);
+  REQUIRE(r4.ok());
+  CHECK(r4->slot == hoarded[0].slot);
+  CHECK(r4->revoked == 1);
+  ring->commit(r4->slot, 4, std::nullopt);
+  CHECK(ring->check_lease(7, hoarded[0].lease_id).status().code() == ErrorCode::kVersionRevoked);
+  CHECK(ring->check_lease(7, hoarded[1].lease_id).ok());  // untouched until its slot is needed
+  CHECK(ring->stats().expired == 0);                       // superseded, not expired
+  // Another session's young lease on version 2 keeps that slot, while
+  // version 3's slot holds only the hoarder's lease, superseded once the
+  // hoarder leases version 4.
+  auto other = ring->acquire_version(8, 2);
+  REQUIRE(other.ok());
+  REQUIRE(ring->acquire(7, 3).ok());  // the hoarder's newest is now version 4 (the newest slot)
+  auto r5 = ring->reserve(5);
+  REQUIRE(r5.ok());
+  CHECK(r5->slot == hoarded[2].slot);  // version 3's; version 2's is held by session 8
+  ring->commit(r5->slot, 5, std::nullopt);
+  CHECK(ring->check_lease(8, other->lease_id).ok());
+  // Now the candidates are version 2's slot (session 8's only lease) and
+  // version 4's (the hoarder's newest): both protected, so kBusy.
+  auto r6 = ring->reserve(6);
+  REQUIRE_FALSE(r6.ok());
+  CHECK(r6.status().code() == ErrorCode::kBusy);
 }
 
 TEST_CASE("ring: under kSkip one young lease keeps a slot even beside expired ones", "[ring]") {

@@ -16,6 +16,9 @@
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
 //     WEIGHTSYNC_DELTAS              publisher computes delta versions: 0 | 1
 //     WEIGHTSYNC_INTEGRITY           keyed version tags and sealed control frames (both sides): 0 | 1
+//     WEIGHTSYNC_ENCRYPTION          AES-128-GCM records on every TCP connection (both sides): 0 | 1
+//     WEIGHTSYNC_SIGNING_KEY         publisher: Ed25519 private key (PEM file) that signs every version
+//     WEIGHTSYNC_TRUSTED_KEY         subscriber: the trainer's Ed25519 public key (PEM file); verify signatures
 //     WEIGHTSYNC_SLOT_ALLOCATOR      who allocates the slots: auto | memfd | ucx (default auto)
 //     WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS  time a new connection has to authenticate (default 2000)
 //     WEIGHTSYNC_IDLE_TIMEOUT_MS     close authenticated connections silent this long (default 0: never)
@@ -45,7 +48,10 @@ enum class FullRingPolicy : std::uint8_t {
   // version instead). The default: the trainer never waits and always lands.
   kRevokeOldest = 0,
   // Do not publish this version: publish() returns kBusy and the ring is
-  // untouched. Readers are never disturbed.
+  // untouched. A reader's newest lease is never disturbed before
+  // lease_timeout_ms; a session's older leases (superseded by a lease it
+  // holds on a newer version) may be taken back, so one session holds at
+  // most one slot against the trainer.
   kSkip = 1,
 };
 
@@ -140,6 +146,15 @@ struct PublisherOptions {
   // (docs/slow_links.md has the rate). nullopt: WEIGHTSYNC_ENCRYPTION, else
   // false.
   std::optional<bool> encryption;
+  // Versions the trainer signs (docs/security.md, "Versions the trainer
+  // signs"): the path of an Ed25519 private key in PEM (`openssl genpkey
+  // -algorithm ed25519 -out trainer-key.pem`). A thread of the publisher then
+  // hashes each committed version (SHA-256 per MiB of payload) and signs the
+  // version number, the layout and those digests, off the publishing thread;
+  // subscribers holding the public key (SubscriberOptions::trusted_key)
+  // accept only bytes that match, through any number of relays. Host slots
+  // only. nullopt: WEIGHTSYNC_SIGNING_KEY, else none ("" means none).
+  std::optional<std::string> signing_key;
 };
 
 struct SubscriberOptions {
@@ -184,6 +199,18 @@ struct SubscriberOptions {
   // without it refuses this subscriber, and one with it refuses subscribers
   // that do not ask. nullopt: WEIGHTSYNC_ENCRYPTION, else false.
   std::optional<bool> encryption;
+  // The trainer's Ed25519 public key in PEM (PublisherOptions::signing_key;
+  // `openssl pkey -in trainer-key.pem -pubout -out trainer-pub.pem`),
+  // configured apart from the secret. With it every whole pull (full, by
+  // deltas or streamed) is accepted only if the version carries the trainer's
+  // signature for that version number and this layout, and its bytes match
+  // the signed digests: a relay or anyone holding the secret cannot change
+  // what arrives. A version without a valid signature fails with kAuthFailed,
+  // bytes that differ with kChecksumMismatch (retried, then returned).
+  // Partial pulls and pulls into CUDA memory cannot be verified this way and
+  // are refused (kInvalidArgument) while it is set. nullopt:
+  // WEIGHTSYNC_TRUSTED_KEY, else none ("" means none).
+  std::optional<std::string> trusted_key;
 };
 
 }  // namespace weightsync

@@ -323,9 +323,20 @@ Result<LeaseGrant> SlotRing::check_lease(std::uint64_t session, std::uint64_t le
   return LeaseGrant{lease_id, lease.version, lease.slot, lease.stamp, slot.has_checksum, slot.checksum};
 }
 
+bool SlotRing::superseded_locked(const Lease& lease) const {
+  auto session_it = sessions_.find(lease.session);
+  if (session_it == sessions_.end()) return false;
+  for (std::uint64_t id : session_it->second) {
+    const Lease& other = leases_.at(id);
+    if (!other.revoked && other.version > lease.version) return true;
+  }
+  return false;
+}
+
 bool SlotRing::leases_expired_locked(const Slot& slot, Clock::time_point now) const {
   for (std::uint64_t id : slot.live) {
-    if (now - leases_.at(id).granted < lease_timeout_) return false;
+    const Lease& lease = leases_.at(id);
+    if (now - lease.granted < lease_timeout_ && !superseded_locked(lease)) return false;
   }
   return true;
 }
