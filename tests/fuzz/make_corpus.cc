@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "auth/signing.h"
 #include "transport/ucx/ucx_offer.h"
 #include "transport/verbs/verbs_wire.h"
 #include "weightsync/layout.h"
@@ -27,6 +28,14 @@ int main(int argc, char** argv) {
   ucx.slots = {{4096, 1 << 20, {1, 2, 3}}, {8192, 1 << 20, {4, 5}}};
   ucx.stamps = {65536, 4096, {6}};
   VerbsOffer verbs{{{4096, 1 << 20, 11}, {8192, 1 << 20, 12}}, {65536, 4096, 13}};
+  SignatureBlock block;  // unsigned: the decoder checks the shape, the subscriber the signature
+  block.version = 5;
+  block.payload_bytes = 3 * kMinSignatureChunkBytes + 10;
+  block.chunk_bytes = kMinSignatureChunkBytes;
+  block.chunks.resize(4);
+  DeltaMsg delta;
+  delta.element_bytes = 2;
+  delta.links = {{3, 4, 99, 1000}, {4, 6, 98, 2000}};
   const std::pair<const char*, std::vector<std::uint8_t>> seeds[] = {
       {"hello", HelloMsg{Role::kData, 9, {}, "gen"}.encode()},
       {"challenge", ChallengeMsg{{}, true}.encode()},
@@ -45,6 +54,10 @@ int main(int argc, char** argv) {
       {"verbs_offer", verbs.encode()},
       {"verbs_endpoint", VerbsEndpoint{0x1234, 0x42, 3, {}, 5}.encode()},
       {"transport_connect", TransportConnectMsg{"verbs", {1, 2, 3}}.encode()},
+      {"fetch_delta", FetchDeltaMsg{3, 6, 1 << 20, 100}.encode()},
+      {"delta", delta.encode()},
+      {"fetch_signature", FetchSignatureMsg{5}.encode()},
+      {"signature_block", block.encode()},
   };
   for (const auto& [name, bytes] : seeds) {
     std::string path = std::string(argv[1]) + "/" + name;

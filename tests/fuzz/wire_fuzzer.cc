@@ -1,6 +1,6 @@
 // libFuzzer harness for everything that parses bytes from the network: frame
-// headers, every control message, the layout encoding, and the encryption
-// layer's records. Whatever a decoder
+// headers, every control message, the layout encoding, the encryption
+// layer's records, delta chains and signature blocks. Whatever a decoder
 // accepts must obey its documented bounds. Build and run: scripts/fuzz.sh.
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "auth/server_handshake.h"
+#include "auth/signing.h"
 #include "net/record_layer.h"
 #include "transport/ucx/ucx_offer.h"
 #include "transport/verbs/verbs_wire.h"
@@ -123,6 +124,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (auto table = SlotTableMsg::decode(payload); table.ok()) {
     require(table->slot_count >= 2 && table->transports.size() <= kMaxTransports);
+  }
+  if (auto f = FetchDeltaMsg::decode(payload); f.ok()) require(f->have > 0 && f->at_least > f->have);
+  if (auto d = DeltaMsg::decode(payload); d.ok()) {
+    require(!d->links.empty() && d->links.size() <= kMaxDeltaLinks);
+    for (std::size_t i = 0; i < d->links.size(); ++i) {
+      require(d->links[i].to > d->links[i].from && d->links[i].bytes > 0);
+      require(i == 0 || d->links[i].from == d->links[i - 1].to);
+    }
+  }
+  if (auto f = FetchSignatureMsg::decode(payload); f.ok()) require(f->version != 0 && f->version <= (UINT64_MAX >> 1));
+  // A signature block from a hostile relay: bounded by the reader's own limit,
+  // and exactly one digest per chunk of the payload it claims.
+  if (auto b = SignatureBlock::decode(payload, 64); b.ok()) {
+    require(b->chunks.size() <= 64);
+    require((b->chunk_bytes & (b->chunk_bytes - 1)) == 0 && b->chunk_bytes >= kMinSignatureChunkBytes);
+    require(b->chunks.size() == b->payload_bytes / b->chunk_bytes + (b->payload_bytes % b->chunk_bytes != 0));
+    require(b->encode() == payload);  // nothing accepted that does not re-encode the same
   }
   if (auto layout = WeightLayout::deserialize(data, size); layout.ok()) {
     require(!layout->tensors().empty());

@@ -95,6 +95,13 @@ struct PublisherStats {
   std::uint64_t deltas_served = 0;
   std::uint64_t delta_last_bytes = 0;
   double delta_last_seconds = 0.0;
+  // Signatures (PublisherOptions::signing_key): versions signed, versions
+  // committed but never signed (a newer one came first, or the slot was
+  // taken back while it was hashed), and the newest signature's digest +
+  // sign time on the signing thread (never the publishing thread's).
+  std::uint64_t versions_signed = 0;
+  std::uint64_t versions_unsigned = 0;
+  double sign_last_seconds = 0.0;
   // False once the thread that accepts and serves connections has stopped on
   // an error; `server_error` says why. No new subscriber is served then:
   // recreate the Publisher.

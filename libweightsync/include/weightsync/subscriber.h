@@ -157,6 +157,7 @@ struct PullResult {
   double seconds = 0.0;            // transfer wall time, retries included, waiting excluded
   double wait_seconds = 0.0;       // time spent waiting for a newer version to be published
   bool checksum_verified = false;  // the publisher's xxHash3 matched
+  bool signature_verified = false;  // the trainer's signature and its digests matched (SubscriberOptions::trusted_key)
   std::uint64_t checksum = 0;      // that xxHash3 (the one the trainer computed, also through relays); 0 unless verified
   bool staged = false;             // went through the page-locked staging ring
   bool partial = false;            // a partial pull: `checksum` is that of its view (its bytes, in its order)
@@ -176,6 +177,9 @@ struct SubscriberStats {
   std::uint64_t delta_pulls = 0;             // successful pulls delivered by deltas
   std::uint64_t delta_fallbacks = 0;         // pulls that asked for deltas and pulled in full instead
   std::uint64_t delta_bytes = 0;             // compressed delta bytes received by successful delta pulls
+  std::uint64_t signatures_verified = 0;     // pulls whose bytes matched the trainer's signature
+  std::uint64_t signatures_refused = 0;      // versions refused: no, a wrong, or a foreign signature, or bytes that differ
+  double verify_seconds = 0.0;               // time spent fetching and checking signatures (all pulls)
 };
 
 // A Destination checked, expanded into its list of reads and, for a partial
@@ -256,6 +260,12 @@ class Subscriber {
 
   // The version last delivered by pull(); 0 before the first.
   std::uint64_t held_version() const noexcept;
+  // The trainer's signature block of `version` as this publisher serves it
+  // (docs/protocol.md, "Signatures"), unchecked: what a relay forwards. Waits
+  // while the publisher answers that it is not signed yet, up to the I/O
+  // timeout (kTimeout). kInvalidConfig: this publisher serves no signatures;
+  // kVersionRevoked: it has none for this version and never will.
+  Result<std::vector<std::uint8_t>> signature_block(std::uint64_t version);
   // OK, or the sticky connection error.
   Status status() const;
   SubscriberStats stats() const;

@@ -74,6 +74,24 @@ std::vector<SettingReport> describe_settings(const PublisherOptions& p, const Su
                          std::string("auto"), as_is));
     out.push_back(report("checksum", "WEIGHTSYNC_CHECKSUM",
                          detail::resolve_bool(p.checksum, "WEIGHTSYNC_CHECKSUM", false), false, on_off));
+    out.push_back(report("deltas", "WEIGHTSYNC_DELTAS",
+                         detail::resolve_bool(p.deltas, "WEIGHTSYNC_DELTAS", false), false, on_off));
+    out.push_back(report("integrity", "WEIGHTSYNC_INTEGRITY",
+                         detail::resolve_bool(p.integrity ? p.integrity : s.integrity, "WEIGHTSYNC_INTEGRITY", false),
+                         false, on_off));
+    out.push_back(report("encryption", "WEIGHTSYNC_ENCRYPTION",
+                         detail::resolve_bool(p.encryption ? p.encryption : s.encryption, "WEIGHTSYNC_ENCRYPTION",
+                                              false),
+                         false, on_off));
+    auto key_file = [](const char* none) {
+      return [none](const std::string& v) { return v.empty() ? std::string(none) : v; };
+    };
+    out.push_back(report("signing_key", "WEIGHTSYNC_SIGNING_KEY",
+                         detail::resolve_string(p.signing_key, "WEIGHTSYNC_SIGNING_KEY", ""), std::string(),
+                         key_file("(none: publishers sign nothing)")));
+    out.push_back(report("trusted_key", "WEIGHTSYNC_TRUSTED_KEY",
+                         detail::resolve_string(s.trusted_key, "WEIGHTSYNC_TRUSTED_KEY", ""), std::string(),
+                         key_file("(none: subscribers do not check signatures)")));
     out.push_back(report("slot_allocator", "WEIGHTSYNC_SLOT_ALLOCATOR",
                          detail::resolve_string(p.slot_allocator, "WEIGHTSYNC_SLOT_ALLOCATOR", "auto"),
                          std::string("auto"), as_is));

@@ -115,6 +115,18 @@ ControlOutcome acquire_view(const ControlContext& ctx, const Frame& frame) {
   return sent(reply(ctx, MsgType::kLease, lease.encode()));
 }
 
+// FETCH_SIGNATURE: answered at once, from memory (never holds a worker).
+ControlOutcome fetch_signature(const ControlContext& ctx, const Frame& frame) {
+  auto request = FetchSignatureMsg::decode(frame.payload);
+  if (!request.ok()) return protocol_error(ctx, request.status().message());
+  if (ctx.state->signatures == nullptr) {
+    return sent(reply_refusal(ctx, Status(ErrorCode::kInvalidConfig, "this publisher serves no signatures")));
+  }
+  auto block = ctx.state->signatures->lookup(request->version);
+  if (!block.ok()) return sent(reply_refusal(ctx, block.status()));
+  return sent(reply(ctx, MsgType::kSignature, **block));
+}
+
 // FETCH_DELTA: the chain of deltas, its compressed bytes after the frame.
 // Sending is bounded by the I/O timeout per stall, as DATA is.
 ControlOutcome fetch_delta(const ControlContext& ctx, const Frame& frame) {
@@ -181,6 +193,7 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
     case MsgType::kAcquireView: return acquire_view(ctx, frame);
     case MsgType::kWaitWatermark: return wait_watermark(ctx, frame);
     case MsgType::kFetchDelta: return fetch_delta(ctx, frame);
+    case MsgType::kFetchSignature: return fetch_signature(ctx, frame);
     case MsgType::kRelease: {
       auto release = ReleaseMsg::decode(frame.payload);
       if (!release.ok()) return protocol_error(ctx, release.status().message());

@@ -21,6 +21,7 @@
 #include "publisher/device_publish.h"
 #include "publisher/publisher_access.h"
 #include "publisher/server.h"
+#include "publisher/version_signer.h"
 #include "ring/slot_ring.h"
 #include "transport/ucx/ucx_transport.h"
 #include "transport/verbs/verbs_transport.h"
@@ -45,6 +46,7 @@ class Publisher::Impl {
   std::unique_ptr<detail::VerbsPublisherTransport> verbs;  // likewise
   std::unique_ptr<detail::ViewRegistry> views;  // before server: outlives it
   std::unique_ptr<detail::DeltaStore> deltas;   // likewise; after ring: stops before the slots go
+  std::unique_ptr<detail::VersionSigner> signer;  // likewise: signs (a key) or forwards (a relay) blocks
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
   int io_timeout_ms = 10000;
@@ -85,6 +87,7 @@ class Publisher::Impl {
   void announce_commit(std::uint32_t slot, std::uint64_t version) {
     if (views) views->committed(slot, version << 1);
     if (deltas) deltas->committed(slot, version << 1);
+    if (signer) signer->committed(slot, version << 1);
   }
 
   Result<PublishResult> finish(const detail::Reservation& r, std::uint64_t version,
@@ -196,10 +199,11 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   auto deltas = detail::resolve_bool(options.deltas, "WEIGHTSYNC_DELTAS", false);
   auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
   auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
+  auto signing_key = detail::resolve_string(options.signing_key, "WEIGHTSYNC_SIGNING_KEY", "");
   for (const Status* s :
        {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status(),
         &handshake_timeout.status(), &idle_timeout.status(), &lease_timeout.status(), &deltas.status(),
-        &integrity.status(), &encryption.status()}) {
+        &integrity.status(), &encryption.status(), &signing_key.status()}) {
     if (!s->ok()) return *s;
   }
   if (encryption->value && secret->value.empty()) {
@@ -252,6 +256,19 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
                   std::string("checksums (from ") + detail::to_string(checksum->source) +
                       ") need host slots: the publisher hashes slot bytes on the CPU; "
                       "turn checksums off or use slot_memory = kHost");
+  }
+  std::shared_ptr<const detail::SigningKey> key;
+  if (!signing_key->value.empty()) {
+    if (cuda_slots) {
+      return Status(ErrorCode::kInvalidConfig, "signatures need host slots: the publisher digests slot bytes "
+                                               "on the CPU (unset WEIGHTSYNC_SIGNING_KEY or use kHost slots)");
+    }
+    auto loaded = detail::SigningKey::load_pem_file(signing_key->value);
+    if (!loaded.ok()) {
+      return Status(loaded.status().code(), loaded.status().message() + " (from " +
+                                                std::string(detail::to_string(signing_key->source)) + ")");
+    }
+    key = std::make_shared<const detail::SigningKey>(std::move(*loaded));
   }
   auto impl = std::make_unique<Impl>(std::move(layout));
   impl->checksums = checksum->value;
@@ -386,6 +403,9 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes(), impl->version_key);
   if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
   state.views = impl->views.get();
+  impl->signer = std::make_unique<detail::VersionSigner>(impl->layout, key, options.slots + 2);
+  impl->signer->start(impl->ring.get());
+  state.signatures = impl->signer.get();
   if (deltas->value) {
     auto store = detail::DeltaStore::create(impl->layout, *impl->ring, options.delta_history, options.delta_level,
                                             impl->version_key);
@@ -422,13 +442,15 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   }
   WS_INFO(
       "publisher: {}:{} (bind from {}), {} slots x {} bytes (allocator {}, asked {} from {}), checksums {} "
-      "(from {}), deltas {} (from {}), integrity {} (from {}), encryption {} (from {}), io timeout {} ms (from {}), "
-      "auth {} (from {})",
+      "(from {}), deltas {} (from {}), integrity {} (from {}), encryption {} (from {}), signatures {} (from {}), "
+      "io timeout {} ms (from {}), auth {} (from {})",
       impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
       impl->ring->allocator_name(), allocator->value, detail::to_string(allocator->source),
       impl->checksums ? "on" : "off", detail::to_string(checksum->source), impl->deltas ? "on" : "off",
       detail::to_string(deltas->source), impl->version_key ? "on" : "off", detail::to_string(integrity->source),
-      encryption->value ? "on" : "off", detail::to_string(encryption->source), timeout->value,
+      encryption->value ? "on" : "off", detail::to_string(encryption->source),
+      key ? "key " + detail::short_hex(key->key_id()) : std::string("off"), detail::to_string(signing_key->source),
+      timeout->value,
       detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
       detail::to_string(secret->source));
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
@@ -659,6 +681,10 @@ PublisherStats Publisher::stats() const {
     stats.delta_last_bytes = d.last_bytes;
     stats.delta_last_seconds = d.last_seconds;
   }
+  const detail::VersionSigner::Counters signing = impl_->signer->counters();
+  stats.versions_signed = signing.signed_versions;
+  stats.versions_unsigned = signing.superseded;
+  stats.sign_last_seconds = signing.last_sign_seconds;
   stats.serving = health.serving;
   stats.server_error = health.error;
   return stats;
@@ -776,6 +802,15 @@ void PublisherAccess::advance_watermark(SlotWriter& writer, std::uint64_t bytes)
 
 bool PublisherAccess::serves_checksums(const Publisher& publisher) {
   return publisher.impl_->checksums;
+}
+
+void PublisherAccess::forward_signature(Publisher& publisher, std::uint64_t version,
+                                        std::optional<std::vector<std::uint8_t>> block) {
+  if (block) {
+    publisher.impl_->signer->attach(version, std::move(*block));
+  } else {
+    publisher.impl_->signer->give_up(version);
+  }
 }
 
 }  // namespace detail

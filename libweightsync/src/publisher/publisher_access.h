@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "weightsync/publisher.h"
 
@@ -35,6 +36,11 @@ struct PublisherAccess {
   static void advance_watermark(SlotWriter& writer, std::uint64_t bytes);
   // Whether the publisher serves checksums (resolved option).
   static bool serves_checksums(const Publisher& publisher);
+  // Serves the trainer's signature block of `version` as the upstream served
+  // it (nullopt: the upstream served none for it). Call it before committing
+  // `version`, so a leaf never finds the version without its block.
+  static void forward_signature(Publisher& publisher, std::uint64_t version,
+                                std::optional<std::vector<std::uint8_t>> block);
 };
 
 }  // namespace weightsync::detail

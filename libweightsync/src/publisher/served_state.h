@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "delta/delta_store.h"
+#include "publisher/version_signer.h"
 #include "publisher/view_registry.h"
 #include "ring/slot_ring.h"
 #include "weightsync/layout.h"
@@ -32,6 +33,8 @@ struct ServedState {
   ViewRegistry* views = nullptr;
   // Delta versions (FETCH_DELTA); null when the publisher computes none.
   DeltaStore* deltas = nullptr;
+  // Signature blocks (FETCH_SIGNATURE); null when the publisher serves none.
+  VersionSigner* signatures = nullptr;
 };
 
 }  // namespace weightsync::detail

@@ -56,6 +56,9 @@ class Relay::Impl {
   void run();
   // One wait + forward. OK also when nothing new came; not OK: the upstream's error.
   Status forward_once(Subscriber& sub);
+  // Serves the trainer's signature block of `version` as the upstream
+  // served it (or none, if it has none), before `version` is committed.
+  void forward_signature(Subscriber& sub, std::uint64_t version);
   void reconnect();
   void sleep_for(std::chrono::milliseconds d) {
     std::unique_lock<std::mutex> lock(mu);
@@ -265,6 +268,7 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     throw std::runtime_error("version " + std::to_string(pulled->version) + " arrived unverified");
   }
   if (options.before_commit) options.before_commit(pulled->version, writer->data(), writer->size());
+  forward_signature(sub, pulled->version);
   auto committed = detail::PublisherAccess::commit_as(
       *writer, pulled->version,
       pulled->checksum_verified ? std::optional<std::uint64_t>(pulled->checksum) : std::nullopt);
@@ -277,6 +281,19 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
   }
   cv.notify_all();
   return Status();
+}
+
+void Relay::Impl::forward_signature(Subscriber& sub, std::uint64_t version) {
+  auto block = sub.signature_block(version);
+  if (block.ok()) {
+    detail::PublisherAccess::forward_signature(*publisher, version, std::move(*block));
+    return;
+  }
+  detail::PublisherAccess::forward_signature(*publisher, version, std::nullopt);
+  if (block.status().code() != ErrorCode::kInvalidConfig) {  // kInvalidConfig: the upstream signs nothing
+    WS_WARN("relay: version {} is forwarded without the trainer's signature: {}", version,
+            block.status().to_string());
+  }
 }
 
 std::string Relay::address() const {

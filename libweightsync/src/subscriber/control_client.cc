@@ -162,6 +162,12 @@ Status ControlClient::release(std::uint64_t lease_id) {
                       Deadline::after(std::chrono::milliseconds(io_timeout_ms_)), kPeer);
 }
 
+Result<std::vector<std::uint8_t>> ControlClient::fetch_signature(std::uint64_t version) {
+  auto frame = call(MsgType::kFetchSignature, FetchSignatureMsg{version}.encode(), MsgType::kSignature);
+  if (!frame.ok()) return frame.status();
+  return std::move(frame->payload);
+}
+
 Result<std::vector<std::uint8_t>> ControlClient::transport_connect(const std::string& transport,
                                                                    const std::vector<std::uint8_t>& blob) {
   auto frame = call(MsgType::kTransportConnect, TransportConnectMsg{transport, blob}.encode(),

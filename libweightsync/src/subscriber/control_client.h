@@ -50,6 +50,9 @@ class ControlClient {
   // chain that does not start at `have`, ends before `at_least` or exceeds
   // `max_bytes` is a kProtocolError (the stream is then out of step).
   Result<DeltaMsg> fetch_delta(const FetchDeltaMsg& request, std::vector<std::uint8_t>& bytes);
+  // FETCH_SIGNATURE: the publisher's signature block of `version`, as
+  // served; its ERROR comes back as that Status (kNotReady: ask again).
+  Result<std::vector<std::uint8_t>> fetch_signature(std::uint64_t version);
   // TRANSPORT_CONNECT: exchanges a transport's connection blobs.
   Result<std::vector<std::uint8_t>> transport_connect(const std::string& transport,
                                                       const std::vector<std::uint8_t>& blob);

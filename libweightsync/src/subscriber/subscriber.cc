@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
+#include "auth/signing.h"
 #include "common/checksum.h"
 #include "common/deadline.h"
 #include "common/env.h"
@@ -85,6 +87,11 @@ class Subscriber::Impl {
   bool deltas_offered = false;     // SLOT_TABLE has kFeatureDeltas
   // The integrity layer: the key of the version tags every pull verifies.
   std::shared_ptr<const detail::VersionKey> version_key;
+  // The trainer's public key (SubscriberOptions::trusted_key): every whole
+  // pull is checked against its signature; and this layout's SHA-256.
+  std::optional<detail::VerifyKey> trusted_key;
+  detail::Sha256Digest layout_sha{};
+  std::uint64_t last_refused_version = 0;  // its refusal was logged
   detail::DeltaApplyBuffers delta_buffers;  // sized on the first delta pull
   std::vector<std::uint8_t> delta_bytes;
   SubscriberOptions options;
@@ -328,6 +335,65 @@ class Subscriber::Impl {
     views[key].emplace_back(view, *id);
     ++stats.views;
     return *id;
+  }
+
+  // FETCH_SIGNATURE, asked again (after 1 ms, doubling to 20 ms) while the
+  // publisher says the version is not signed yet, up to the I/O timeout.
+  Result<std::vector<std::uint8_t>> fetch_signature(std::uint64_t version) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms);
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+      auto block = note(control.fetch_signature(version));
+      if (block.ok() || block.status().code() != ErrorCode::kNotReady) return block;
+      if (std::chrono::steady_clock::now() + pause >= end) {
+        return Status(ErrorCode::kTimeout, "the publisher had no signature for version " + std::to_string(version) +
+                                               " within " + std::to_string(io_timeout_ms) +
+                                               " ms (is the trainer's signer keeping up? see its "
+                                               "PublisherStats::versions_unsigned)");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(20));
+    }
+  }
+
+  // Checks the version just delivered through `plan` against the trainer's
+  // signature (auth/signing.h): its block, then the bytes, chunk by chunk.
+  Status check_signature(const PullPlan::State& plan, std::uint64_t version) {
+    auto bytes = fetch_signature(version);
+    if (!bytes.ok()) {
+      if (bytes.status().code() != ErrorCode::kInvalidConfig) return bytes.status();
+      return Status(ErrorCode::kAuthFailed,
+                    "version " + std::to_string(version) + " came without the trainer's signature (" +
+                        bytes.status().message() +
+                        "); this subscriber accepts only signed versions (WEIGHTSYNC_TRUSTED_KEY): start the "
+                        "trainer with WEIGHTSYNC_SIGNING_KEY, through relays of this release or later");
+    }
+    auto block = detail::SignatureBlock::decode(*bytes, layout.payload_bytes() / detail::kMinSignatureChunkBytes + 1);
+    if (!block.ok()) {
+      return Status(ErrorCode::kAuthFailed, "version " + std::to_string(version) + " came with " +
+                                                block.status().message() + ": refused");
+    }
+    if (Status s = detail::verify_statement(*trusted_key, *block, version, layout_sha, layout.payload_bytes());
+        !s.ok()) {
+      return s;
+    }
+    detail::ChunkDigester digester(block->chunk_bytes);
+    for (const auto& piece : plan.pieces) digester.update(piece.dest, piece.length);  // layout order
+    return detail::check_chunks(*block, digester.finish());
+  }
+
+  Status verify_signature(const PullPlan::State& plan, std::uint64_t version) {
+    const auto start = std::chrono::steady_clock::now();
+    Status s = check_signature(plan, version);
+    stats.verify_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s.ok()) {
+      ++stats.signatures_verified;
+    } else if (s.code() == ErrorCode::kAuthFailed || s.code() == ErrorCode::kChecksumMismatch) {
+      ++stats.signatures_refused;
+      if (version != last_refused_version) WS_WARN("subscriber: {}", s.message());  // once per version
+      last_refused_version = version;
+    }
+    return s;
   }
 
   // One pull by deltas from pull_options.delta_base to a version >= latest
@@ -597,9 +663,19 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
   auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
   auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
+  auto trusted_key = detail::resolve_string(options.trusted_key, "WEIGHTSYNC_TRUSTED_KEY", "");
   for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status(),
-                          &integrity.status(), &encryption.status()}) {
+                          &integrity.status(), &encryption.status(), &trusted_key.status()}) {
     if (!s->ok()) return *s;
+  }
+  std::optional<detail::VerifyKey> verify_key;
+  if (!trusted_key->value.empty()) {
+    auto loaded = detail::VerifyKey::load_pem_file(trusted_key->value);
+    if (!loaded.ok()) {
+      return Status(loaded.status().code(), loaded.status().message() + " (from " +
+                                                std::string(detail::to_string(trusted_key->source)) + ")");
+    }
+    verify_key = std::move(*loaded);
   }
   if (encryption->value && !integrity->value) {
     integrity->value = true;  // encryption implies the integrity layer
@@ -652,6 +728,10 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     return Status(ErrorCode::kProtocolError, "the publisher agreed to integrity but serves no version tags");
   }
   impl->version_key = std::move(version_key);
+  if (verify_key) {
+    impl->trusted_key = std::move(verify_key);
+    impl->layout_sha = detail::layout_digest(impl->layout);
+  }
   impl->deltas_offered = (table->features & detail::kFeatureDeltas) != 0;
   for (const auto& offer : table->transports) {
     if (offer.name != "tcp") continue;
@@ -660,9 +740,12 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   }
   impl->io_timeout_ms = io_timeout->value;
   impl->options = std::move(options);
-  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {}; encryption {})",
+  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {}; encryption {}; "
+          "signatures {})",
           address, impl->channel->name(), detail::to_string(transport->source), impl->slot_count,
-          impl->layout.total_bytes(), impl->checksums ? "on" : "off", encryption->value ? "on" : "off");
+          impl->layout.total_bytes(), impl->checksums ? "on" : "off", encryption->value ? "on" : "off",
+          impl->trusted_key ? "checked against key " + detail::short_hex(impl->trusted_key->key_id())
+                            : std::string("not checked"));
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());
@@ -727,6 +810,14 @@ Result<std::uint64_t> Subscriber::latest_version() try {
   return Status(ErrorCode::kInternal, std::string("Subscriber::latest_version: ") + e.what());
 }
 
+Result<std::vector<std::uint8_t>> Subscriber::signature_block(std::uint64_t version) try {
+  if (!impl_->sticky.ok()) return impl_->sticky;
+  if (version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  return impl_->fetch_signature(version);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("Subscriber::signature_block: ") + e.what());
+}
+
 Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout,
                                                    const Cancellation& cancel) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
@@ -744,6 +835,12 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
   }
   const bool exact = pull_options.version.has_value();
   if (exact && *pull_options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  if (trusted_key && (plan.partial || plan.kind != MemoryKind::kHost)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string("a ") + (plan.partial ? "partial pull" : "pull into CUDA memory") +
+                      " cannot be checked against the trainer's signature (it digests whole versions in host "
+                      "memory): pull whole versions into host memory, or unset WEIGHTSYNC_TRUSTED_KEY");
+  }
   // What "newer" means: newer than held_version(), or (exact) reaching the version.
   const std::uint64_t newer_than = exact ? *pull_options.version - 1 : pull_options.newer_than.value_or(held_version);
   // A wait too long for the clock never ends: the pull waits as long as the
@@ -772,6 +869,16 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
                                               " (latest: " + std::to_string(*latest) + ")");
     }
     auto result = delta_attempt(plan, newer_than, pull_options, *latest);
+    if (result.ok() && trusted_key) {
+      Status verified = verify_signature(plan, result->version);
+      if (verified.ok()) {
+        result->signature_verified = true;
+      } else if (verified.code() == ErrorCode::kAuthFailed || !sticky.ok()) {
+        return verified;  // the full pull would meet the same signature, or no connection
+      } else {
+        result = verified;  // bytes that differ: pull in full instead
+      }
+    }
     if (result.ok()) {
       result->wait_seconds = std::chrono::duration<double>(waited).count();
       result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
@@ -789,6 +896,14 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
   for (;;) {
     if (cancel.active() && cancel.requested()) return cancelled("pulling a version newer than", newer_than);
     auto result = attempt(plan, newer_than, pull_options, hasher, staged);
+    if (result.ok() && trusted_key) {
+      Status verified = verify_signature(plan, result->version);
+      if (verified.ok()) {
+        result->signature_verified = true;
+      } else {
+        result = verified;  // judged below like any failed attempt
+      }
+    }
     if (result.ok()) {
       result->retries = retries;
       result->wait_seconds = std::chrono::duration<double>(waited).count();

@@ -37,6 +37,8 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kAcquireView: return "ACQUIRE_VIEW";
     case MsgType::kFetchDelta: return "FETCH_DELTA";
     case MsgType::kDelta: return "DELTA";
+    case MsgType::kFetchSignature: return "FETCH_SIGNATURE";
+    case MsgType::kSignature: return "SIGNATURE";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

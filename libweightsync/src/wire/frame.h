@@ -54,6 +54,8 @@ enum class MsgType : std::uint16_t {
   kAcquireView = 33,
   kFetchDelta = 34,
   kDelta = 35,
+  kFetchSignature = 36,
+  kSignature = 37,
   kBye = 30,
 };
 

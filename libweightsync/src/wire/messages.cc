@@ -541,6 +541,21 @@ Result<FetchDeltaMsg> FetchDeltaMsg::decode(const std::vector<std::uint8_t>& p) 
   return m;
 }
 
+std::vector<std::uint8_t> FetchSignatureMsg::encode() const {
+  ByteWriter w;
+  w.u64(version);
+  return w.take();
+}
+
+Result<FetchSignatureMsg> FetchSignatureMsg::decode(const std::vector<std::uint8_t>& p) {
+  ByteReader r(p.data(), p.size());
+  FetchSignatureMsg m;
+  if (!r.u64(&m.version) || !finish(r) || m.version == 0 || m.version > (UINT64_MAX >> 1)) {
+    return malformed("FETCH_SIGNATURE");
+  }
+  return m;
+}
+
 std::uint64_t DeltaMsg::total_bytes() const {
   std::uint64_t total = 0;
   for (const auto& link : links) total += link.bytes;  // decode bounds each, so no overflow

@@ -269,6 +269,17 @@ struct DeltaMsg {
   static Result<DeltaMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
+// FETCH_SIGNATURE: the trainer's signature block of `version` (> 0). The
+// reply SIGNATURE carries the block as its whole payload (auth/signing.h
+// decodes it), or ERROR: kNotReady (not signed yet: ask again),
+// kVersionRevoked (it will never have one here), kInvalidConfig (this
+// publisher serves no signatures).
+struct FetchSignatureMsg {
+  std::uint64_t version = 0;
+  std::vector<std::uint8_t> encode() const;
+  static Result<FetchSignatureMsg> decode(const std::vector<std::uint8_t>& p);
+};
+
 // The "tcp" offer blob in SLOT_TABLE. Empty (publishers before streaming,
 // and any publisher without features): no features. Else version 1 and a
 // feature mask; unknown feature bits are ignored.
