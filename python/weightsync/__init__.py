@@ -30,8 +30,8 @@ from ._weightsync import cuda_info, log_level, set_log_level, settings, transpor
 from .engine import EngineAdapter
 from .errors import (AuthFailed, Busy, CallError, Cancelled, ChecksumMismatch, ConfigurationError,
                      ConnectionLost, InternalError, InvalidArgument, InvalidConfig, NotReady,
-                     ProtocolError, ReconnectError, RetryError, Timeout, VersionRevoked,
-                     WeightsyncError)
+                     ProtocolError, ReconnectError, RetryError, StaleBinding, Timeout,
+                     VersionRevoked, WeightsyncError)
 from .layout import Layout, TensorInfo
 from .publisher import Publisher, PublishResult, Slot
 from .subscriber import Binding, PullResult, Subscriber
@@ -42,7 +42,8 @@ __all__ = [
     "Layout", "TensorInfo", "Publisher", "PublishResult", "Slot", "Subscriber", "Binding", "PullResult",
     "EngineAdapter", "errors", "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError",
     "CallError", "Timeout", "NotReady", "VersionRevoked", "ChecksumMismatch", "Busy", "ConnectionLost",
-    "ProtocolError", "InternalError", "AuthFailed", "InvalidConfig", "InvalidArgument", "Cancelled",
+    "ProtocolError", "InternalError", "AuthFailed", "InvalidConfig", "InvalidArgument", "StaleBinding",
+    "Cancelled",
     "version", "transports", "settings", "cuda_info", "set_log_level", "log_level", "flush_logs",
 ]
 

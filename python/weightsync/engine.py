@@ -11,7 +11,10 @@ modes, chosen once when the adapter is built:
     dtypes and shapes, contiguous): every pull writes straight into the
     parameters' memory, zero copy, no engine code runs. The parameters are
     written while the pull runs, so call ``update_weights`` between forward
-    passes (vLLM and SGLang run such calls between steps).
+    passes (vLLM and SGLang run such calls between steps). If the engine
+    later gives a parameter new memory (``param.data = ...``, a new
+    Parameter from post-load processing, ``model.to()``), an update raises
+    StaleBinding and writes nothing: call :meth:`EngineAdapter.rebind`.
 
 ``"load_weights"``
     The engine's parameters differ from what the trainer publishes (fused
@@ -35,13 +38,14 @@ weightsync`` works without torch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import errors
-from .subscriber import Binding, PullResult, Subscriber
+from .subscriber import Binding, PullResult, Subscriber, stale_binding
 
 logger = logging.getLogger("weightsync.engine")
 
@@ -123,6 +127,7 @@ class EngineAdapter:
         self._before_load = before_load
         self._after_load = after_load
         self._lock = threading.Lock()
+        self._pin_memory = pin_memory
         self._closed = False
         self._version = 0          # the version the engine's weights hold; 0: none or unknown
         self._buffer: Any = None   # load_weights mode: the packed host buffer
@@ -253,6 +258,13 @@ class EngineAdapter:
             newer_than = None if version is not None else self._version
             try:
                 result = self._subscriber.pull(self._binding, wait=wait, newer_than=newer_than, version=version)
+            except errors.StaleBinding as e:
+                # Nothing was written, but the engine's weights are in memory we
+                # did not bind (its own re-allocation): their version is unknown.
+                self._stats["failures"] += 1
+                self._version = 0
+                raise stale_binding(e.name, e.why, "call adapter.rebind() after the engine re-allocates its weights "
+                                                   "(or make a new EngineAdapter)") from None
             except errors.NotReady:
                 self._stats["failures"] += 1  # that version never came: nothing was written
                 raise
@@ -282,6 +294,32 @@ class EngineAdapter:
                 s[f"{key}_seconds"] += seconds
             s["last_tensors_loaded"] = loaded
             return result
+
+    def rebind(self) -> None:
+        """Binds the engine's parameters again, after the engine re-allocated them.
+
+        Direct mode writes into the memory the parameters had when the adapter
+        was built (or last rebound); an update after the engine gave a parameter
+        new memory (``param.data = ...``, ``model.to()`` / ``half()``, a new
+        Parameter from post-load processing) raises StaleBinding and writes
+        nothing. Call this after such a change; the next update then brings the
+        newest version in full (:attr:`version` is 0). InvalidArgument if the
+        parameters no longer fit the layout (the adapter keeps its old binding).
+        load_weights mode: allocates and binds a new host buffer.
+        """
+        with self._lock:
+            if self._closed:
+                raise _bad("this EngineAdapter is closed")
+            old = self._binding
+            if self._mode == "direct":
+                self._binding = self._subscriber.bind(self._model)
+            else:
+                self._binding = self._bind_buffer(self._pin_memory)
+            self._version = 0
+            # The old memory may be freed once the old binding goes: drop its
+            # RDMA registrations (the new binding registers on its next pull).
+            with contextlib.suppress(errors.WeightsyncError):
+                old.release()
 
     def _load(self, version: int) -> int:
         """Hands every tensor of the buffer to the engine's loader once; returns how many it took."""

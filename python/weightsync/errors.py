@@ -15,7 +15,8 @@ group                  members                         also a built-in
                        InternalError
 :class:`ConfigurationError` AuthFailed, InvalidConfig   AuthFailed: PermissionError;
                                                        InvalidConfig: ValueError
-:class:`CallError`     InvalidArgument                 ValueError
+:class:`CallError`     InvalidArgument,                ValueError
+                       StaleBinding (an InvalidArgument)
 :class:`Cancelled`     (a pull or wait stopped by cancel())
 =====================  ==============================  =====================
 
@@ -28,7 +29,7 @@ __all__ = [
     "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError", "CallError",
     "Timeout", "NotReady", "VersionRevoked", "ChecksumMismatch", "Busy",
     "ConnectionLost", "ProtocolError", "InternalError", "AuthFailed", "InvalidConfig",
-    "InvalidArgument", "Cancelled", "ERROR_CLASSES",
+    "InvalidArgument", "StaleBinding", "Cancelled", "ERROR_CLASSES",
 ]
 
 
@@ -103,6 +104,19 @@ class InvalidConfig(ConfigurationError, ValueError):
 
 class InvalidArgument(CallError):
     """The call's arguments do not fit (layout, destination, version)."""
+
+
+class StaleBinding(InvalidArgument):
+    """A tensor of a Binding no longer uses the memory it had at bind() (``param.data = ...``,
+    ``module.to()`` / ``half()`` / ``_apply()``, a Parameter or submodule replaced, an
+    engine's post-load processing). The pull wrote nothing: bind() again (EngineAdapter:
+    rebind()). ``name`` is the first such tensor."""
+
+    def __init__(self, message: str, code: str = "invalid_argument", action: str = "fix_call",
+                 name: str = ""):
+        super().__init__(message, code, action)
+        self.name = name
+        self.why = ""  # what changed (the message says it too)
 
 
 class Cancelled(WeightsyncError):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Dict, List, Optional, Sequence, Union
+import operator
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _weightsync, errors
 from ._tensors import TensorRef, describe
@@ -17,17 +18,49 @@ class Binding:
     """Destination memory checked against the layout and registered once.
 
     Made by :meth:`Subscriber.bind`; every later ``pull(binding)`` writes
-    straight into the same tensors (zero copy) with no per-pull checks. The
-    tensors must stay allocated (the binding keeps references to them); call
-    :meth:`release` before you free or reallocate them.
+    straight into the same tensors (zero copy). The binding keeps the tensors
+    and their storage alive, so the memory it writes is never freed under it.
+    Before each pull it checks, in well under a microsecond a tensor, that
+    every bound tensor still uses that memory (same address, dtype, shape and
+    contiguity and, for an nn.Module, the same Parameter or buffer of the same
+    submodule):
+    after ``param.data = ...``, ``module.to()`` / ``half()`` / ``_apply()``, a
+    Parameter or submodule replaced, or an engine's post-load processing, the
+    pull raises :class:`~weightsync.errors.StaleBinding` naming the tensor and
+    writes nothing; bind() again for the new memory. Call :meth:`release`
+    before dropping a binding whose tensors you free (RDMA registrations).
     """
 
     def __init__(self, subscriber: "Subscriber", plan: "_weightsync._Plan", keep: List[Any],
-                 refs: List[TensorRef]):
+                 refs: List[TensorRef], tensors: Optional[Dict[str, Any]] = None, module: Any = None):
         self._subscriber = subscriber
         self._plan = plan
         self._keep = keep  # the tensors: alive as long as the binding
         self._refs = refs
+        # What each bound tensor was at bind time, checked before every pull;
+        # and its storage, so that memory a pull may still write (one already
+        # in flight on another thread) is never freed while the binding lives.
+        # (Its device is not compared: another device means another address.)
+        self._names: List[str] = []
+        self._tensors: List[Any] = []        # torch tensors
+        self._addresses: List[int] = []
+        self._meta: List[Tuple[Any, Any]] = []  # (dtype, shape)
+        self._others: List[Tuple[str, Any, TensorRef]] = []  # NumPy arrays
+        self._storages: List[Any] = []
+        for ref in refs:
+            tensor = (tensors or {}).get(ref.name)
+            if tensor is None:
+                continue  # a buffer whose memory is pinned by its own object (bytearray, memoryview)
+            storage = _storage_of(tensor)
+            if storage is not None:
+                self._storages.append(storage)
+                self._names.append(ref.name)
+                self._tensors.append(tensor)
+                self._addresses.append(ref.address)
+                self._meta.append(_dtype_shape(tensor))
+            else:
+                self._others.append((ref.name, tensor, ref))
+        self._module_guards = _ModuleGuards(module, refs, tensors) if module is not None else None
 
     @property
     def nbytes(self) -> int:
@@ -42,6 +75,129 @@ class Binding:
         """Drops the transport's registrations of this memory (before freeing it)."""
         for ref in self._refs:
             self._subscriber._core.release_memory(ref.address, ref.nbytes)
+
+    def _check(self) -> None:
+        """Raises StaleBinding if a bound tensor no longer uses the memory bound for it.
+
+        About half a microsecond a tensor (map() over the tensors, no Python
+        loop, in the common case that nothing changed)."""
+        ts = self._tensors
+        if ts and (list(map(_data_ptr, ts)) != self._addresses or list(map(_dtype_shape, ts)) != self._meta
+                   or not all(map(_is_contiguous, ts))):
+            for name, t, address, (dtype, shape) in zip(self._names, ts, self._addresses, self._meta):
+                if t.data_ptr() != address or t.dtype != dtype or t.shape != shape or not t.is_contiguous():
+                    self._stale(name, _torch_change(t, address, dtype, shape))
+        for name, obj, ref in self._others:
+            now = describe(name, obj)
+            if now.address != ref.address or now.nbytes != ref.nbytes or not now.contiguous:
+                self._stale(name, f"its memory is now {now.nbytes} bytes at {now.address:#x}, "
+                                  f"not {ref.nbytes} at {ref.address:#x}")
+        if self._module_guards is not None:
+            changed = self._module_guards.check()
+            if changed is not None:
+                self._stale(*changed)
+
+    def _stale(self, name: str, why: str) -> None:
+        # The memory bound for it may be freed once this binding goes: drop its
+        # RDMA registrations now (a no-op for shm and tcp; a later pull would
+        # register again), so that memory reused at the same address is never
+        # written through a stale registration.
+        for ref in self._refs:
+            if ref.name == name:
+                with contextlib.suppress(errors.WeightsyncError):
+                    self._subscriber._core.release_memory(ref.address, ref.nbytes)
+        raise stale_binding(name, why, "call bind() again (sub.bind(model)) for its new memory")
+
+
+def stale_binding(name: str, why: str, todo: str) -> errors.StaleBinding:
+    err = errors.StaleBinding(
+        f"'{name}' was re-allocated or replaced after bind(): {why}. The pull wrote nothing "
+        "(the memory bound for it is no longer the tensor's: param.data = ..., module.to() / half() / "
+        f"_apply(), a new Parameter or submodule, an engine's post-load processing); {todo}",
+        "invalid_argument", "fix_call", name=name)
+    err.why = why
+    return err
+
+
+def _storage_of(tensor: Any) -> Any:
+    """A torch tensor's storage (what keeps its memory alive), or None for anything else."""
+    untyped = getattr(tensor, "untyped_storage", None)  # torch >= 2.0
+    if callable(untyped):
+        return untyped()
+    if hasattr(tensor, "data_ptr") and callable(getattr(tensor, "storage", None)):
+        return tensor.storage()  # torch < 2.0: a TypedStorage, holding the same memory
+    return None
+
+
+_data_ptr = operator.methodcaller("data_ptr")
+_dtype_shape = operator.attrgetter("dtype", "shape")
+_is_contiguous = operator.methodcaller("is_contiguous")
+
+
+def _torch_change(t: Any, address: int, dtype: Any, shape: Any) -> str:
+    if t.dtype != dtype:
+        return f"it is {str(t.dtype).replace('torch.', '')} now, not {str(dtype).replace('torch.', '')}"
+    if t.shape != shape:
+        return f"its shape is {list(t.shape)} now, not {list(shape)}"
+    if not t.is_contiguous():
+        return "it is not contiguous any more"
+    return f"its memory moved from {address:#x} to {t.data_ptr():#x}"
+
+
+class _ModuleGuards:
+    """For a bound nn.Module: each bound tensor is still the Parameter or buffer of
+    the same submodule, and each of those submodules still sits where it sat (a
+    new Parameter or submodule leaves the old one, still bound, orphaned: the
+    engine would never see the pulls). Names whose owner is not found that way
+    (a module with its own state_dict hooks) are checked by their tensors only."""
+
+    def __init__(self, module: Any, refs: List[TensorRef], tensors: Optional[Dict[str, Any]]):
+        self._edges: List[Tuple[Any, str, Any, str]] = []   # (parent, child name, child, a tensor under it)
+        self._leaves: List[Tuple[Any, Any, str, Any, str]] = []  # (owner's dict, owner, key, tensor, name)
+        seen = set()
+        for ref in refs:
+            tensor = (tensors or {}).get(ref.name)
+            *path, key = ref.name.split(".")
+            owner, chain = module, []
+            for part in path:
+                child = getattr(owner, "_modules", {}).get(part)
+                if child is None:
+                    break
+                chain.append((owner, part, child))
+                owner = child
+            else:
+                table = None
+                for attr in ("_parameters", "_buffers"):
+                    d = getattr(owner, attr, None)
+                    if isinstance(d, dict) and d.get(key) is tensor and tensor is not None:
+                        table = d
+                        break
+                if table is None:
+                    continue
+                for parent, part, child in chain:
+                    if (id(parent), part) not in seen:
+                        seen.add((id(parent), part))
+                        self._edges.append((parent._modules, part, child, ref.name))
+                self._leaves.append((table, owner, key, tensor, ref.name))
+
+        # Columns, for the fast check (map(), no Python loop).
+        self._edge_cols = [list(c) for c in zip(*self._edges)] or [[], [], []]
+        self._leaf_cols = [list(c) for c in zip(*self._leaves)] or [[], [], [], []]
+
+    def check(self) -> Optional[Tuple[str, str]]:
+        """(name, what changed) for the first bound tensor the module no longer uses, or None."""
+        dicts, parts, children = self._edge_cols[:3]
+        tables, _, keys, tensors = self._leaf_cols[:4]
+        if all(map(operator.is_, map(dict.get, dicts, parts), children)) and \
+                all(map(operator.is_, map(dict.get, tables, keys), tensors)):
+            return None
+        for modules, part, child, name in self._edges:
+            if modules.get(part) is not child:
+                return name, f"the submodule '{part}' holding it was replaced"
+        for table, owner, key, tensor, name in self._leaves:
+            if table.get(key) is not tensor:
+                return name, f"the module's '{key}' is another tensor now (a new Parameter or buffer)"
+        return None
 
 
 class Subscriber:
@@ -123,7 +279,9 @@ class Subscriber:
         or one tensor / buffer of layout.total_bytes bytes (a packed image).
         Every tensor of the layout must be there with the layout's dtype and
         shape, contiguous, all on the CPU or all on CUDA; names the layout
-        does not have are ignored when ``allow_extra``.
+        does not have are ignored when ``allow_extra``. Bind again after
+        re-allocating any of them (a pull with the old binding raises
+        StaleBinding and writes nothing).
         """
         single = _single_buffer(target)
         if single is not None:
@@ -133,7 +291,8 @@ class Subscriber:
                     f"a packed destination must be layout.total_bytes = {self._layout.total_bytes} bytes, "
                     f"not {ref.nbytes}", "invalid_argument", "fix_call")
             plan = self._core.prepare([(ref.name, ref.address, ref.nbytes)], ref.device, True)
-            binding = Binding(self, plan, [keep], [ref])
+            guarded = None if isinstance(keep, memoryview) else {ref.name: keep}  # a memoryview pins its memory
+            binding = Binding(self, plan, [keep], [ref], guarded)
         else:
             keep = dict(_pairs(target))
             refs = self._layout.match(keep, ordered=False, allow_extra=allow_extra, devices=("cpu", "cuda"))
@@ -142,7 +301,8 @@ class Subscriber:
                 raise errors.InvalidArgument("the destination tensors must all be on the CPU or all on CUDA",
                                              "invalid_argument", "fix_call")
             plan = self._core.prepare([(r.name, r.address, r.nbytes) for r in refs], devices.pop(), False)
-            binding = Binding(self, plan, list(keep.values()), refs)
+            module = target if _is_module(target) else None
+            binding = Binding(self, plan, list(keep.values()), refs, keep, module)
         self._last_binding = binding
         return binding
 
@@ -150,7 +310,8 @@ class Subscriber:
              version: Optional[int] = None, delta_base: Optional[int] = None) -> Optional[PullResult]:
         """Pulls the newest version newer than ``newer_than`` (default: held_version) into ``into``.
 
-        ``into``: a Binding (fast: no checks), anything :meth:`bind` takes
+        ``into``: a Binding (fast: only a check that its tensors still use
+        the bound memory, else StaleBinding), anything :meth:`bind` takes
         (bound now), or None for the last binding. ``wait``: seconds to wait
         for such a version (0: do not wait; ``math.inf``: until one comes).
         ``version``: exactly this one (NotReady if it does not come within
@@ -234,13 +395,23 @@ class Subscriber:
             if into._subscriber is not self:
                 raise errors.InvalidArgument("this Binding belongs to another Subscriber",
                                              "invalid_argument", "fix_call")
+            into._check()
             return into
         if into is None:
             if self._last_binding is None:
                 raise errors.InvalidArgument("pull() needs a destination: call bind(model) first, or pass one",
                                              "invalid_argument", "fix_call")
+            self._last_binding._check()
             return self._last_binding
         return self.bind(into)
+
+
+def _is_module(target: Any) -> bool:
+    """An nn.Module (what named_tensors reads by state_dict), not a Mapping."""
+    from collections.abc import Mapping
+
+    return (callable(getattr(target, "state_dict", None)) and not isinstance(target, Mapping)
+            and isinstance(getattr(target, "_modules", None), dict))
 
 
 def _pairs(target: Any):
