@@ -5,7 +5,8 @@
 # bridge at 10.X.Y.254 so root-namespace processes reach every host. Optionally
 # every link is capped in both directions (tbf). See docs/testbed.md for what
 # it models and what it does not (no delay, no loss; one kernel and one set of
-# CPUs shared by all hosts). Needs root and iproute2.
+# CPUs shared by all hosts). Needs root and iproute2. `up` takes a lock in
+# /run/weightsync (made by root, 0700; refused if anyone else could write it).
 #
 # Usage:
 #   scripts/testbed.sh up NAME K [--rate RATE] [--burst BYTES]
@@ -28,7 +29,11 @@
 set -euo pipefail
 
 self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
-lock_file=/run/lock/weightsync-testbed.lock
+# The lock that serialises `up` (and `run`, which rl-run.sh --hosts uses): in a
+# directory only root can create or write (never the world-writable /run/lock,
+# where any user could plant a symlink, a FIFO or a held flock there for root).
+lock_dir=/run/weightsync
+lock_file="$lock_dir/testbed.lock"
 max_hosts=200
 
 die() {
@@ -37,6 +42,45 @@ die() {
 }
 usage() {
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$self"
+}
+
+# Opens the lock on fd 9 (not yet taken): $lock_dir is made by root with mode
+# 0700 if missing, and refused unless it is a directory (not a symlink) of
+# root's that neither group nor others can write; the lock in it must be a
+# regular file (a symlink, FIFO or device is refused, never opened: a FIFO
+# would block the open), opened without truncating.
+open_lock() {
+  local uid mode type info mask parent="${lock_dir%/*}"
+  # Its parent (/run): root's, and writable by others only with the sticky
+  # bit (else $lock_dir could be swapped for another after the checks below).
+  info="$(stat -c '%u:%a' "$parent" 2>/dev/null)" || die "cannot stat $parent"
+  IFS=: read -r uid mode <<<"$info"
+  if [ "$uid" != 0 ] || { ! [[ "$mode" =~ [0145][0145]$ ]] && [ $((8#$mode & 8#1000)) -eq 0 ]; }; then
+    die "refusing to keep the lock in $parent: it is uid $uid's with mode $mode (not root's, or writable by others)"
+  fi
+  if [ ! -e "$lock_dir" ] && [ ! -L "$lock_dir" ]; then
+    mkdir -m 0700 "$lock_dir" 2>/dev/null || [ -d "$lock_dir" ] || die "cannot create $lock_dir"
+  fi
+  info="$(stat -c '%u:%a:%F' "$lock_dir" 2>/dev/null)" || die "cannot stat $lock_dir"
+  IFS=: read -r uid mode type <<<"$info"
+  if [ "$type" != directory ] || [ "$uid" != 0 ]; then
+    die "refusing the lock directory $lock_dir: it is a $type owned by uid $uid, not a directory of root's (remove it; testbed.sh makes it)"
+  fi
+  # No write bit for group or others (the last two octal digits are 0, 1, 4 or 5).
+  [[ "$mode" =~ [0145][0145]$ ]] ||
+    die "refusing the lock directory $lock_dir: mode $mode lets group or others write it (remove it, or chmod 0700 it)"
+  if [ -L "$lock_file" ] || { [ -e "$lock_file" ] && [ ! -f "$lock_file" ]; }; then
+    die "refusing the lock $lock_file: it is a $(stat -c %F "$lock_file"), not a regular file (remove it)"
+  fi
+  mask="$(umask)"
+  umask 077
+  exec 9>>"$lock_file"
+  umask "$mask"
+  info="$(stat -L -c '%u:%F' /proc/self/fd/9)"
+  case "$info" in
+    "0:regular file" | "0:regular empty file") ;;
+    *) die "refusing the lock $lock_file: it is ${info#*:} of uid ${info%%:*}, not root's regular file" ;;
+  esac
 }
 
 # Short names (interface names are at most 15 bytes): ws<6 hex of NAME's hash>.
@@ -129,8 +173,8 @@ cmd_up() {
   fi
   local br
   br="$(bridge_of "$name")"
-  exec 9>"$lock_file"
-  flock -w 30 9 || die "cannot take $lock_file"
+  open_lock
+  flock -w 30 9 || die "cannot take $lock_file within 30 s (another testbed.sh up is running)"
   if [ -n "$(namespaces_of "$name")" ] || ip link show "$br" >/dev/null 2>&1; then
     die "a bed named '$name' exists already; remove it with: $self down $name"
   fi
