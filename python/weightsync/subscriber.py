@@ -79,7 +79,7 @@ class Binding:
     def _check(self) -> None:
         """Raises StaleBinding if a bound tensor no longer uses the memory bound for it.
 
-        About half a microsecond a tensor (map() over the tensors, no Python
+        About 0.4 us a tensor (map() over the tensors, no Python
         loop, in the common case that nothing changed)."""
         ts = self._tensors
         if ts and (list(map(_data_ptr, ts)) != self._addresses or list(map(_dtype_shape, ts)) != self._meta
