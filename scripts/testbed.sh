@@ -81,6 +81,7 @@ open_lock() {
     "0:regular file" | "0:regular empty file") ;;
     *) die "refusing the lock $lock_file: it is ${info#*:} of uid ${info%%:*}, not root's regular file" ;;
   esac
+  chmod 0600 /proc/self/fd/9  # one left readable to others would let them hold its flock
 }
 
 # Short names (interface names are at most 15 bytes): ws<6 hex of NAME's hash>.

@@ -170,6 +170,16 @@ rc="$(up_down 20)"
 cmp -s "$target" "$target.want" || fail "up wrote $target through a symlink at $new_dir/testbed.lock"
 rm -rf "$new_dir"
 
+# 7. A lock left readable to others in a root directory others may enter (an
+#    admin's 0755 /run/weightsync): up takes it back to mode 600.
+mkdir -m 0755 "$new_dir"
+install -m 0644 /dev/null "$new_dir/testbed.lock"
+rc="$(up_down 60)"
+[ "$rc" -eq 0 ] || fail "up failed (exit $rc) with a 0755 $new_dir: $(cat "$err")"
+[ "$(stat -c %a "$new_dir/testbed.lock")" = 600 ] ||
+  fail "up left $new_dir/testbed.lock at mode $(stat -c %a "$new_dir/testbed.lock") (others could hold its flock)"
+rm -rf "$new_dir"
+
 if ip netns list | grep -q "^$name-h"; then fail "namespaces of $name are left"; fi
 [ "$failures" -eq 0 ] || { echo "testbed lock attack: $failures failure(s)" >&2; exit 1; }
 echo "testbed lock attack: ok"
