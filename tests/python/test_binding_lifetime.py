@@ -311,3 +311,27 @@ def test_an_unchanged_binding_pulls_as_before(torch, ws):
                 engine.bias.copy_(torch.ones(4))
             assert sub.pull(binding, wait=10).version == version
             assert torch.equal(engine.weight, trainer.weight) and torch.equal(engine.bias, trainer.bias)
+
+
+def test_engine_adapter_rebind_in_load_weights_mode_takes_a_new_buffer(torch, ws):
+    """rebind() in load_weights mode: a new host buffer, bound; updates go on."""
+    trainer = torch.nn.Linear(8, 4)
+    loaded = {}
+
+    def load_weights(weights):
+        for name, t in weights:
+            loaded[name] = t.clone()
+
+    with ws.Publisher(ws.Layout.from_state_dict(trainer.state_dict()), bind="127.0.0.1") as pub, \
+            ws.EngineAdapter(pub.address, load_weights=load_weights) as adapter:
+        assert adapter.mode == "load_weights"
+        pub.publish(trainer.state_dict(), 1)
+        assert adapter.update_weights(wait=10).version == 1
+        old = adapter.buffer
+        adapter.rebind()
+        assert adapter.buffer is not old and adapter.version == 0
+        assert adapter.update_weights(wait=10).version == 1  # the newest again, in full
+        assert torch.equal(loaded["weight"], trainer.weight.detach())
+        adapter.close()
+        with pytest.raises(ws.InvalidArgument, match="closed"):
+            adapter.rebind()
