@@ -113,6 +113,24 @@ TEST_CASE("signing: chunk digests do not depend on how the stream is split", "[s
     at += n;
   }
   CHECK(pieces.finish() == expected);
+  // Chunks digested by several threads at once, from pieces cut anywhere
+  // (empty ones too), give the same digests.
+  std::vector<PayloadPiece> cut;
+  for (std::size_t at = 0; at < bytes.size();) {
+    const std::size_t n = std::min<std::size_t>(bytes.size() - at, rng() % 3 == 0 ? 0 : 1 + rng() % 70000);
+    cut.push_back({bytes.data() + at, n});
+    at += n;
+  }
+  for (unsigned threads : {1u, 2u, 3u, 8u}) {
+    INFO(threads << " threads");
+    CHECK(digest_pieces(cut, kMinSignatureChunkBytes, threads) == expected);
+  }
+  std::vector<std::uint8_t> many(40 * kMinSignatureChunkBytes + 1);  // enough chunks for 8 threads
+  for (auto& b : many) b = static_cast<std::uint8_t>(rng());
+  ChunkDigester one(kMinSignatureChunkBytes);
+  one.update(many.data(), many.size());
+  CHECK(digest_pieces({{many.data(), 1000}, {many.data() + 1000, many.size() - 1000}}, kMinSignatureChunkBytes, 8) ==
+        one.finish());
   // Each digest is SHA-256 of its chunk.
   std::array<std::uint8_t, 32> first{};
   unsigned int len = 0;
@@ -120,7 +138,7 @@ TEST_CASE("signing: chunk digests do not depend on how the stream is split", "[s
   CHECK(first == expected[0]);
 }
 
-TEST_CASE("signing: a signed version verifies; a forged, foreign, replayed or re-laid-out one does not",
+TEST_CASE("signing: a signed version verifies, and a forged, foreign, replayed or re-laid-out one does not",
           "[signing]") {
   SigningKey trainer = fresh_key();
   const VerifyKey trusted = public_of(trainer);

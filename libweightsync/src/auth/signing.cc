@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -264,11 +267,85 @@ Sha256Digest layout_digest(const WeightLayout& layout) {
   return sha256(bytes.data(), bytes.size());
 }
 
-std::vector<Sha256Digest> digest_payload(const WeightLayout& layout, const void* image, std::uint32_t chunk_bytes) {
-  ChunkDigester digester(chunk_bytes);
+unsigned digest_threads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::max(1u, std::min(4u, cores));
+}
+
+std::vector<Sha256Digest> digest_pieces(const std::vector<PayloadPiece>& pieces, std::uint32_t chunk_bytes,
+                                        unsigned threads) {
+  std::uint64_t total = 0;
+  for (const auto& p : pieces) total += p.bytes;
+  const std::uint64_t chunks = total / chunk_bytes + (total % chunk_bytes != 0);
+  if (threads == 0) threads = digest_threads();
+  threads = static_cast<unsigned>(std::min<std::uint64_t>(threads, chunks / 4 + 1));  // >= 4 chunks a thread
+  if (threads <= 1) {
+    ChunkDigester digester(chunk_bytes);
+    for (const auto& p : pieces) digester.update(p.data, p.bytes);
+    return digester.finish();
+  }
+  // Where each chunk starts: (piece, offset in it), found in one pass.
+  std::vector<std::pair<std::size_t, std::uint64_t>> starts;
+  starts.reserve(chunks);
+  std::uint64_t before = 0;  // payload bytes before piece i
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    for (std::uint64_t at = starts.size() * std::uint64_t{chunk_bytes}; at < before + pieces[i].bytes;
+         at += chunk_bytes) {
+      starts.emplace_back(i, at - before);
+    }
+    before += pieces[i].bytes;
+  }
+  std::vector<Sha256Digest> out(chunks);
+  auto work = [&](std::uint64_t first, std::uint64_t last) {  // chunks [first, last)
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    if (!ctx) throw std::runtime_error("SHA-256 could not be set up in OpenSSL");
+    for (std::uint64_t c = first; c < last; ++c) {
+      if (EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw std::runtime_error("SHA-256 failed");
+      auto [piece, offset] = starts[c];
+      std::uint64_t left = std::min<std::uint64_t>(chunk_bytes, total - c * std::uint64_t{chunk_bytes});
+      while (left > 0) {
+        const std::uint64_t take = std::min(left, pieces[piece].bytes - offset);
+        if (EVP_DigestUpdate(ctx.get(), static_cast<const std::uint8_t*>(pieces[piece].data) + offset, take) != 1) {
+          throw std::runtime_error("SHA-256 failed in OpenSSL");
+        }
+        left -= take;
+        offset = 0;
+        ++piece;
+      }
+      if (EVP_DigestFinal_ex(ctx.get(), out[c].data(), nullptr) != 1) throw std::runtime_error("SHA-256 failed");
+    }
+  };
+  std::vector<std::thread> helpers;
+  std::vector<std::exception_ptr> errors(threads);
+  const std::uint64_t per = (chunks + threads - 1) / threads;
+  for (unsigned t = 1; t < threads; ++t) {
+    helpers.emplace_back([&, t] {
+      try {
+        work(std::min(chunks, t * per), std::min(chunks, (t + 1) * per));
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  try {
+    work(0, std::min(chunks, per));
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& h : helpers) h.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
+}
+
+std::vector<Sha256Digest> digest_payload(const WeightLayout& layout, const void* image, std::uint32_t chunk_bytes,
+                                         unsigned threads) {
+  std::vector<PayloadPiece> pieces;
+  pieces.reserve(layout.tensors().size());
   const auto* base = static_cast<const std::uint8_t*>(image);
-  for (const auto& t : layout.tensors()) digester.update(base + t.offset, t.bytes);
-  return digester.finish();
+  for (const auto& t : layout.tensors()) pieces.push_back({base + t.offset, t.bytes});
+  return digest_pieces(pieces, chunk_bytes, threads);
 }
 
 Result<SignatureBlock> sign_version(const SigningKey& key, std::uint64_t version, const Sha256Digest& layout,

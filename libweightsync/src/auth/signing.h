@@ -129,12 +129,26 @@ struct SignatureBlock {
   std::vector<std::uint8_t> statement() const;
 };
 
+// A run of payload bytes in memory; a payload is a list of them in order.
+struct PayloadPiece {
+  const void* data = nullptr;
+  std::uint64_t bytes = 0;
+};
+
+// The chunk digests of the payload made of `pieces` (in order), computed by
+// up to `threads` threads at once (chunks are independent; 0: as many as
+// digest_threads() says). Same result as one ChunkDigester over the pieces.
+std::vector<Sha256Digest> digest_pieces(const std::vector<PayloadPiece>& pieces,
+                                        std::uint32_t chunk_bytes = kSignatureChunkBytes, unsigned threads = 0);
+// Threads a digest uses by default: up to 4, at most the cores there are.
+unsigned digest_threads();
+
 // SHA-256 of the layout as it travels (WeightLayout::serialize()).
 Sha256Digest layout_digest(const WeightLayout& layout);
 
 // Digests of the payload of a version image: the layout's tensors in order.
 std::vector<Sha256Digest> digest_payload(const WeightLayout& layout, const void* image,
-                                         std::uint32_t chunk_bytes = kSignatureChunkBytes);
+                                         std::uint32_t chunk_bytes = kSignatureChunkBytes, unsigned threads = 0);
 
 // Signs `version` with these chunk digests.
 Result<SignatureBlock> sign_version(const SigningKey& key, std::uint64_t version, const Sha256Digest& layout,

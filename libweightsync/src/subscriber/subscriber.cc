@@ -377,9 +377,10 @@ class Subscriber::Impl {
         !s.ok()) {
       return s;
     }
-    detail::ChunkDigester digester(block->chunk_bytes);
-    for (const auto& piece : plan.pieces) digester.update(piece.dest, piece.length);  // layout order
-    return detail::check_chunks(*block, digester.finish());
+    std::vector<detail::PayloadPiece> payload;  // the plan is in layout order
+    payload.reserve(plan.pieces.size());
+    for (const auto& piece : plan.pieces) payload.push_back({piece.dest, piece.length});
+    return detail::check_chunks(*block, detail::digest_pieces(payload, block->chunk_bytes));
   }
 
   Status verify_signature(const PullPlan::State& plan, std::uint64_t version) {
