@@ -84,8 +84,10 @@ weightsync::PublisherOptions options_from(std::optional<std::string> bind, std::
                                           std::optional<int> idle_timeout_ms, std::size_t max_connections,
                                           std::optional<std::string> slot_allocator, bool lock_memory,
                                           const std::string& slot_memory, std::optional<bool> deltas,
-                                          std::optional<bool> integrity, std::optional<bool> encryption) {
+                                          std::optional<bool> integrity, std::optional<bool> encryption,
+                                          std::optional<std::string> signing_key) {
   weightsync::PublisherOptions o;
+  o.signing_key = std::move(signing_key);
   o.deltas = deltas;
   o.integrity = integrity;
   o.encryption = encryption;
@@ -181,11 +183,12 @@ void bind_publisher(py::module_& m) {
                        bool skip_when_full, std::optional<int> io_timeout_ms, std::optional<int> lease_timeout_ms,
                        std::optional<int> idle_timeout_ms, std::size_t max_connections,
                        std::optional<std::string> slot_allocator, bool lock_memory, const std::string& slot_memory,
-                       std::optional<bool> deltas, std::optional<bool> integrity, std::optional<bool> encryption) {
+                       std::optional<bool> deltas, std::optional<bool> integrity, std::optional<bool> encryption,
+                       std::optional<std::string> signing_key) {
              auto options = options_from(std::move(bind), port, std::move(secret), slots, checksum, skip_when_full,
                                          io_timeout_ms, lease_timeout_ms, idle_timeout_ms, max_connections,
                                          std::move(slot_allocator), lock_memory, slot_memory, deltas, integrity,
-                                         encryption);
+                                         encryption, std::move(signing_key));
              auto core = std::make_shared<PublisherCore>();
              weightsync::Result<std::unique_ptr<weightsync::Publisher>> created(
                  Status(ErrorCode::kInternal, "not created"));
@@ -201,7 +204,8 @@ void bind_publisher(py::module_& m) {
            py::arg("io_timeout_ms") = py::none(), py::arg("lease_timeout_ms") = py::none(),
            py::arg("idle_timeout_ms") = py::none(), py::arg("max_connections") = 256,
            py::arg("slot_allocator") = py::none(), py::arg("lock_memory") = false, py::arg("slot_memory") = "host",
-           py::arg("deltas") = py::none(), py::arg("integrity") = py::none(), py::arg("encryption") = py::none())
+           py::arg("deltas") = py::none(), py::arg("integrity") = py::none(), py::arg("encryption") = py::none(),
+           py::arg("signing_key") = py::none())
       .def_property_readonly("address", [](PublisherCore& c) { return locked(c, [](auto& p) { return p.address(); }); })
       .def_property_readonly("port", [](PublisherCore& c) { return locked(c, [](auto& p) { return p.port(); }); })
       .def_property_readonly("slot_count", [](PublisherCore& c) { return locked(c, [](auto& p) { return p.slot_count(); }); })

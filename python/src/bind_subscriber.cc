@@ -94,6 +94,9 @@ py::dict stats_dict(const weightsync::SubscriberStats& s) {
   d["delta_pulls"] = s.delta_pulls;
   d["delta_fallbacks"] = s.delta_fallbacks;
   d["delta_bytes"] = s.delta_bytes;
+  d["signatures_verified"] = s.signatures_verified;
+  d["signatures_refused"] = s.signatures_refused;
+  d["verify_seconds"] = s.verify_seconds;
   return d;
 }
 
@@ -119,6 +122,8 @@ void bind_subscriber(py::module_& m) {
                     "Time spent waiting for a newer version to be published.")
       .def_readonly("checksum_verified", &weightsync::PullResult::checksum_verified)
       .def_readonly("checksum", &weightsync::PullResult::checksum, "The trainer's xxHash3-64; 0 unless verified.")
+      .def_readonly("signature_verified", &weightsync::PullResult::signature_verified,
+                    "The trainer's signature and its digests matched (trusted_key).")
       .def_readonly("staged", &weightsync::PullResult::staged)
       .def_readonly("partial", &weightsync::PullResult::partial)
       .def_readonly("delta", &weightsync::PullResult::delta, "Delivered by a chain of deltas (pull(delta_base=...)).")
@@ -139,8 +144,9 @@ void bind_subscriber(py::module_& m) {
                        std::optional<std::string> transport, std::optional<int> connect_timeout_ms,
                        std::optional<int> io_timeout_ms, bool verify_checksum, int max_retries,
                        const std::string& client_name, bool accept_streaming, std::optional<bool> integrity,
-                       std::optional<bool> encryption) {
+                       std::optional<bool> encryption, std::optional<std::string> trusted_key) {
              weightsync::SubscriberOptions o;
+             o.trusted_key = std::move(trusted_key);
              o.integrity = integrity;
              o.encryption = encryption;
              o.secret = std::move(secret);
@@ -165,7 +171,7 @@ void bind_subscriber(py::module_& m) {
            py::arg("connect_timeout_ms") = py::none(), py::arg("io_timeout_ms") = py::none(),
            py::arg("verify_checksum") = true, py::arg("max_retries") = 16, py::arg("client_name") = "python",
            py::arg("accept_streaming") = false, py::arg("integrity") = py::none(),
-           py::arg("encryption") = py::none())
+           py::arg("encryption") = py::none(), py::arg("trusted_key") = py::none())
       .def_property_readonly("layout", [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.layout(); }); })
       .def_property_readonly("transport",
                              [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.transport(); }); })

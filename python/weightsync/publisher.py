@@ -77,7 +77,10 @@ class Publisher:
     one; ``integrity`` keys the version checksums with the secret and seals
     the control frames (every subscriber must ask for it too); ``encryption``
     adds AES-GCM encryption of every TCP connection (implies integrity; UCX
-    and verbs are then not offered).
+    and verbs are then not offered). ``signing_key``: the path of an Ed25519
+    private key (PEM) that signs every version off the publishing thread, so
+    subscribers holding the public key accept only bytes this trainer
+    published, through any relay (docs/security.md).
 
     Thread-safety: every method may be called from any thread; publishes are
     serialised. The GIL is released while a publish copies.
@@ -90,7 +93,7 @@ class Publisher:
                  max_connections: int = 256, slot_allocator: Optional[str] = None,
                  lock_memory: bool = False, slot_memory: str = "host",
                  deltas: Optional[bool] = None, integrity: Optional[bool] = None,
-                 encryption: Optional[bool] = None):
+                 encryption: Optional[bool] = None, signing_key: Optional[str] = None):
         if not isinstance(layout, Layout):
             layout = Layout.from_state_dict(layout)
         self._layout = layout
@@ -100,7 +103,7 @@ class Publisher:
             lease_timeout_ms=lease_timeout_ms, idle_timeout_ms=idle_timeout_ms,
             max_connections=max_connections, slot_allocator=slot_allocator,
             lock_memory=lock_memory, slot_memory=slot_memory, deltas=deltas, integrity=integrity,
-            encryption=encryption)
+            encryption=encryption, signing_key=signing_key)
 
     @property
     def layout(self) -> Layout:

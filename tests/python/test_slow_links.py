@@ -98,3 +98,27 @@ def test_encryption_round_trip_and_refusals(torch, ws, transport):
             ws.Subscriber(pub.address, secret="s", transport="tcp")
     with pytest.raises(ValueError, match="secret"):
         ws.Publisher(layout, encryption=True)
+
+
+def test_signatures_verified_and_a_foreign_key_refused(torch, ws, tmp_path):
+    """Issue 30: the trainer signs, the engine checks with its public key."""
+    import subprocess
+    keys = {}
+    for who in ("trainer", "other"):
+        private, public = tmp_path / f"{who}-key.pem", tmp_path / f"{who}-pub.pem"
+        subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(private)], check=True)
+        subprocess.run(["openssl", "pkey", "-in", str(private), "-pubout", "-out", str(public)], check=True)
+        keys[who] = (str(private), str(public))
+    trainer, engine = make_model(torch, 9), make_model(torch, 10)
+    layout = ws.Layout.from_state_dict(trainer.state_dict())
+    with ws.Publisher(layout, secret="s", signing_key=keys["trainer"][0]) as pub:
+        pub.publish(trainer.state_dict(), 1)
+        with ws.Subscriber(pub.address, secret="s", transport="tcp", trusted_key=keys["trainer"][1]) as sub:
+            pulled = sub.pull(sub.bind(engine), wait=5)
+            assert pulled.signature_verified and same(torch, trainer, engine)
+            assert sub.stats()["signatures_verified"] == 1
+        with ws.Subscriber(pub.address, secret="s", transport="tcp", trusted_key=keys["other"][1]) as sub:
+            with pytest.raises(ws.AuthFailed, match="not by the trainer's key"):
+                sub.pull(sub.bind(make_model(torch, 11)), wait=5)
+    with pytest.raises(ws.ConfigurationError, match="openssl genpkey"):
+        ws.Publisher(layout, secret="s", signing_key=str(tmp_path / "missing.pem"))
