@@ -15,8 +15,17 @@
 //   (reward, correct, has_answer_tag, extraction_rule, extracted (the
 //   integer as written, a decimal string) or nil,
 //   failure_mode, tool_calls, turns, end, truncated).
-// - decode_group() accepts exactly that schema and checks everything before
-//   building a group: the schema string, every field's type, enum names, the
+// - decode_group() reads the MessagePack with limits applied while it reads
+//   (nlohmann's SAX interface, never json::from_msgpack): the top value is a
+//   map of at most 32 entries; the only container it may hold is an array of
+//   at most kMaxTrajectories entries, whose only containers are maps of at
+//   most 32 entries holding no container (depth <= 3); keys <= 64 bytes,
+//   strings <= 4 KiB, binaries <= 4 * kMaxTokens bytes, <= 33,825 values in
+//   all. Whatever breaks a limit stops the reader at that point, so memory is
+//   bounded by the input's size (a string or binary is read whole before its
+//   size is judged: at most twice the input while it grows) plus about 100
+//   bytes per value, and the stack by the depth. It then accepts exactly that
+//   schema and checks everything before building a group: the schema string, every field's type, enum names, the
 //   three per-token arrays of one length, 2 <= tokens <= kMaxTokens, token
 //   ids < policy::kVocabSize, mask bytes 0/1, finite log-probs <= 0 where
 //   the mask is 1, prompt_tokens < tokens, at most kMaxTrajectories per group,

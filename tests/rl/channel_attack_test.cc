@@ -1,0 +1,237 @@
+// Attacks on the generator -> trainer trajectory channel (issue 30, findings
+// 2, 5 and 6), each over real sockets on 127.0.0.1 with the attacker in its
+// own process (ws_channel_attacker, a raw ZeroMQ PUSH socket) where memory or
+// identity matters.
+//
+// Bounds these cases hold the receiver to:
+// - endless MORE frames from a peer without the secret: the receiver's RSS
+//   grows by less than 48 MiB while 192 MiB are offered (12 x 16 MiB);
+// - a decoded payload: 1 MB of nested arrays decodes to an Error (no crash),
+//   and 8 MiB of nils raise the decoder's peak RSS by less than 16 MiB;
+// - a recorded message replayed 50 times is accepted once at most;
+// - a peer of another uid (nobody, 65534) gets nothing accepted by a trainer
+//   without a secret (needs root; prints SKIPPED otherwise).
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "channel/group_channel.h"
+#include "channel/group_codec.h"
+#include "rollout/demonstrations.h"
+
+using algorithms::TrajectoryGroup;
+
+namespace {
+
+constexpr uid_t kNobodyUid = 65534;
+constexpr gid_t kNobodyGid = 65534;
+
+TrajectoryGroup small_group(double reward) {
+  rollout::DemonstrationOptions options;
+  options.seed = 5;
+  const rollout::DemonstrationStream stream(options);
+  TrajectoryGroup group;
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    rollout::Trajectory t = stream.at(i);
+    for (std::size_t k = 0; k < t.log_probs.size(); ++k) {
+      if (t.generated[k]) t.log_probs[k] = -0.5f;
+    }
+    t.score.reward = reward;
+    group.trajectories.push_back(std::move(t));
+  }
+  group.generator = 1;
+  group.sequence = 5;
+  group.temperature = 1.0;
+  group.top_p = 1.0;
+  return group;
+}
+
+// This process's resident set (VmRSS) or its peak (VmHWM), in KiB.
+long status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  for (int i = 0; i < 200 && std::getline(in, line); ++i) {
+    if (line.rfind(prefix, 0) == 0) return std::atol(line.c_str() + prefix.size());
+  }
+  return -1;
+}
+
+std::string write_temp(const std::string& bytes) {
+  char path[] = "/tmp/ws-channel-attack-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  ::fchmod(fd, 0644);  // readable by an attacker running as nobody
+  ::close(fd);
+  return path;
+}
+
+// Runs ws_channel_attacker with `args`, as `nobody` when asked (raw system
+// calls between fork and exec). Returns the child's pid; stdout goes to `out`.
+pid_t spawn_attacker(const std::vector<std::string>& args, bool as_nobody) {
+  std::vector<std::string> all{WS_CHANNEL_ATTACKER};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (as_nobody && !(::syscall(SYS_setgroups, 0, nullptr) == 0 && ::syscall(SYS_setgid, kNobodyGid) == 0 &&
+                       ::syscall(SYS_setuid, kNobodyUid) == 0 && ::geteuid() == kNobodyUid)) {
+      ::_exit(121);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(120);
+  }
+  return pid;
+}
+
+// Waits up to `limit` for `pid`, then kills it; its exit code or 128 + signal.
+int reap(pid_t pid, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0) return -1;
+    if (std::chrono::steady_clock::now() >= end) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return 128 + SIGKILL;
+}
+
+// Calls receive() for `window`; the number of groups accepted.
+int accepted_within(channel::GroupReceiver& receiver, std::chrono::milliseconds window) {
+  const auto end = std::chrono::steady_clock::now() + window;
+  int accepted = 0;
+  for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < end; ++i) {
+    auto got = receiver.receive(std::chrono::milliseconds(50));
+    if (got && got->ok()) ++accepted;
+  }
+  return accepted;
+}
+
+// Runs `body` in a forked child; the child's exit code, or 128 + signal.
+template <typename Body>
+int in_child(Body body) {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGSEGV, SIG_DFL);  // not Catch's handler: the parent reads the signal
+    ::signal(SIGBUS, SIG_DFL);
+    ::_exit(body());
+  }
+  return reap(pid, std::chrono::seconds(60));
+}
+
+}  // namespace
+
+TEST_CASE("channel attack (issue 30 #2): endless MORE frames without the secret do not grow the receiver",
+          "[rl][channel][attack]") {
+  channel::ChannelOptions options;
+  options.secret = "right";
+  auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", options);
+  REQUIRE(bound.ok());
+  auto receiver = std::move(bound).value();
+  (void)receiver->receive(std::chrono::milliseconds(10));
+  const long before = status_kib("VmRSS");
+  const pid_t attacker = spawn_attacker({receiver->endpoint(), "frames", "12", "16", "4000"}, false);
+  long peak = before;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  for (int i = 0; i < 1000 && std::chrono::steady_clock::now() < end; ++i) {
+    (void)receiver->receive(std::chrono::milliseconds(50));
+    peak = std::max(peak, status_kib("VmRSS"));
+  }
+  reap(attacker, std::chrono::seconds(10));
+  INFO("receiver RSS " << before / 1024 << " MiB before, " << peak / 1024 << " MiB at most while 192 MiB were offered");
+  CHECK(peak - before < 48 * 1024);
+  CHECK(receiver->counters().received == 0);
+}
+
+TEST_CASE("channel attack (issue 30 #5): deep nesting and a flood of nils are refused while reading",
+          "[rl][channel][attack]") {
+  // 1 MB of nested arrays: 0x91 is a MessagePack array of one element.
+  const std::string nested = std::string(1 << 20, '\x91') + '\xc0';
+  const int nested_exit = in_child([&] { return channel::decode_group(nested).ok() ? 1 : 0; });
+  CHECK(nested_exit == 0);  // 128 + 11 on a SIGSEGV
+
+  // A map whose "trajectories" is an array of 8 Mi nils.
+  const std::size_t nils = std::size_t{8} << 20;
+  std::string flood = "\x81\xactrajectories\xdd";
+  for (int shift = 24; shift >= 0; shift -= 8) flood += static_cast<char>((nils >> shift) & 0xff);
+  flood += std::string(nils, '\xc0');
+  const int flood_exit = in_child([&] {
+    std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS
+    const long start = status_kib("VmRSS");
+    const bool ok = channel::decode_group(flood).ok();
+    const long grew_mib = (status_kib("VmHWM") - start) / 1024;
+    std::printf("decoding 8 MiB of nils raised the peak RSS by %ld MiB\n", grew_mib);
+    std::fflush(stdout);
+    return ok ? 1 : (grew_mib < 16 ? 0 : 2);
+  });
+  CHECK(flood_exit == 0);  // 2: the peak grew by 16 MiB or more
+}
+
+TEST_CASE("channel attack (issue 30 #6): a recorded message replayed 50 times is accepted once",
+          "[rl][channel][attack]") {
+  channel::ChannelOptions options;
+  options.secret = "right";
+  auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", options);
+  REQUIRE(bound.ok());
+  auto receiver = std::move(bound).value();
+  auto connected = channel::GroupSender::connect(receiver->endpoint(), options);
+  REQUIRE(connected.ok());
+  const TrajectoryGroup group = small_group(0.0);
+  REQUIRE(connected.value()->send(group).ok());
+  // What crossed the wire, as a listener on the path recorded it.
+  const std::string payload = channel::encode_group(group);
+  const std::string mac_file = write_temp(channel::payload_mac("right", payload));
+  const std::string payload_file = write_temp(payload);
+  const pid_t attacker =
+      spawn_attacker({receiver->endpoint(), "files", "50", "1500", mac_file, payload_file}, false);
+  const int accepted = accepted_within(*receiver, std::chrono::milliseconds(3000));
+  reap(attacker, std::chrono::seconds(10));
+  ::unlink(mac_file.c_str());
+  ::unlink(payload_file.c_str());
+  CHECK(accepted == 1);
+}
+
+TEST_CASE("channel attack (issue 30 #6): another local user cannot feed a trainer that has no secret",
+          "[rl][channel][attack]") {
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: needs root to act as another user\n");
+    return;
+  }
+  auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", {});
+  REQUIRE(bound.ok());
+  auto receiver = std::move(bound).value();
+  const std::string payload = channel::encode_group(small_group(1.0));  // a forged perfect score
+  const std::string mac_file = write_temp("");
+  const std::string payload_file = write_temp(payload);
+  const pid_t attacker =
+      spawn_attacker({receiver->endpoint(), "files", "3", "1500", mac_file, payload_file}, true);
+  const int accepted = accepted_within(*receiver, std::chrono::milliseconds(2500));
+  const int exit_code = reap(attacker, std::chrono::seconds(10));
+  ::unlink(mac_file.c_str());
+  ::unlink(payload_file.c_str());
+  REQUIRE(exit_code == 0);  // the attacker did run, as nobody
+  CHECK(accepted == 0);
+}
