@@ -1,29 +1,45 @@
 // channel/group_channel.cc: see group_channel.h.
 #include "channel/group_channel.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
+#include <cstring>
+#include <map>
+#include <utility>
 #include <zmq.hpp>
 
+#include "channel/channel_keys.h"
+#include "channel/connection_guard.h"
 #include "channel/group_codec.h"
 
 namespace channel {
+namespace {
 
-std::string payload_mac(const std::string& secret, const std::string& payload) {
-  if (secret.empty()) return "";
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), mac, &length);
-  return std::string(reinterpret_cast<const char*>(mac), length);
+constexpr char kMagic[4] = {'W', 'S', 'T', 'G'};
+constexpr char kVersion = 1;
+constexpr std::size_t kMaxSessions = 4096;
+constexpr const char* kZapDomain = "weightsync-trajectories";
+
+using GroupResult = zorplex::Result<algorithms::TrajectoryGroup>;
+
+}  // namespace
+
+std::string frame_message(const std::string& session, std::uint64_t sequence, std::string_view payload) {
+  std::string frame(kMagic, sizeof kMagic);
+  frame += kVersion;
+  frame += session.substr(0, kSessionIdBytes);
+  frame.resize(4 + 1 + kSessionIdBytes, '\0');
+  for (int b = 0; b < 8; ++b) frame += static_cast<char>((sequence >> (8 * b)) & 0xff);
+  frame.append(payload.data(), payload.size());
+  return frame;
 }
 
 struct GroupSender::Impl {
   zmq::context_t context{1};
   zmq::socket_t socket{context, zmq::socket_type::push};
   ChannelOptions options;
+  std::string session;
+  std::uint64_t next_sequence = 1;
 };
 
 GroupSender::GroupSender(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -33,37 +49,65 @@ zorplex::Result<std::unique_ptr<GroupSender>> GroupSender::connect(const std::st
                                                                    const ChannelOptions& options) try {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->session.assign(kSessionIdBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(impl->session.data()), kSessionIdBytes) != 1)
+    return zorplex::Error{"trajectory channel: no random bytes for a session id"};
   impl->socket.set(zmq::sockopt::linger, 0);
   impl->socket.set(zmq::sockopt::sndhwm, options.high_water_mark);
   impl->socket.set(zmq::sockopt::sndtimeo, static_cast<int>(options.send_timeout.count()));
+  if (!options.secret.empty()) {
+    auto keys = derive_channel_keys(options.secret);
+    if (!keys) return keys.error();
+    impl->socket.set(zmq::sockopt::curve_serverkey, zmq::const_buffer(keys.value().server_public.data(), 32));
+    impl->socket.set(zmq::sockopt::curve_publickey, zmq::const_buffer(keys.value().client_public.data(), 32));
+    impl->socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(keys.value().client_secret.data(), 32));
+  }
   impl->socket.connect(endpoint);
   return std::unique_ptr<GroupSender>(new GroupSender(std::move(impl)));
 } catch (const zmq::error_t& e) {
   return zorplex::Error{"trajectory channel: cannot connect to " + endpoint + ": " + e.what()};
 }
 
-zorplex::Result<bool> GroupSender::send_frames(const std::string& mac, const std::string& payload) try {
-  // The first frame is sent only once the whole message can be queued: ZeroMQ
-  // queues multipart messages atomically, so a timeout here sends nothing.
-  auto first = impl_->socket.send(zmq::buffer(mac), zmq::send_flags::sndmore);
-  if (!first) return false;
-  auto second = impl_->socket.send(zmq::buffer(payload), zmq::send_flags::none);
-  return second.has_value();
+const std::string& GroupSender::session() const {
+  return impl_->session;
+}
+
+std::uint64_t GroupSender::next_sequence() const {
+  return impl_->next_sequence;
+}
+
+zorplex::Result<bool> GroupSender::send_raw(std::string_view frame) try {
+  return impl_->socket.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::none).has_value();
 } catch (const zmq::error_t& e) {
   return zorplex::Error{std::string("trajectory channel: send failed: ") + e.what()};
 }
 
 zorplex::Result<bool> GroupSender::send(const algorithms::TrajectoryGroup& group) {
-  const std::string payload = encode_group(group);
-  return send_frames(payload_mac(impl_->options.secret, payload), payload);
+  auto sent = send_raw(frame_message(impl_->session, impl_->next_sequence, encode_group(group)));
+  if (sent.ok() && sent.value()) ++impl_->next_sequence;  // a frame not queued used no number
+  return sent;
 }
 
 struct GroupReceiver::Impl {
   zmq::context_t context{1};
+  // The guard outlives the socket (declared before it): ZeroMQ would admit
+  // anyone to a socket whose context lost its ZAP handler.
+  std::unique_ptr<ConnectionGuard> guard;
   zmq::socket_t socket{context, zmq::socket_type::pull};
   ChannelOptions options;
   std::string endpoint;
   ReceiverCounters counters;
+  std::uint64_t refusals_reported = 0;
+  // (generator, session) -> (highest sequence accepted, when last used).
+  std::map<std::pair<std::uint32_t, std::string>, std::pair<std::uint64_t, std::uint64_t>> sessions;
+  std::uint64_t clock = 0;
+
+  GroupResult reject(std::uint64_t& counter, std::string why) {
+    ++counter;
+    return GroupResult(zorplex::Error{"trajectory channel: " + std::move(why)});
+  }
+  // true: `sequence` is new for this (generator, session); it is then recorded.
+  bool fresh(std::uint32_t generator, const std::string& session, std::uint64_t sequence, std::uint64_t& last);
 };
 
 GroupReceiver::GroupReceiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -75,8 +119,25 @@ zorplex::Result<std::unique_ptr<GroupReceiver>> GroupReceiver::bind(const std::s
   impl->options = options;
   impl->socket.set(zmq::sockopt::linger, 0);
   impl->socket.set(zmq::sockopt::rcvhwm, options.high_water_mark);
-  // A message larger than this is refused by ZeroMQ before it is buffered.
-  impl->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(256) << 20);
+  impl->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes));
+  impl->socket.set(zmq::sockopt::zap_domain, kZapDomain);
+  std::string client_key;
+  if (!options.secret.empty()) {
+    auto keys = derive_channel_keys(options.secret);
+    if (!keys) return keys.error();
+    client_key = keys.value().client_public;
+    impl->socket.set(zmq::sockopt::curve_server, true);
+    impl->socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(keys.value().server_secret.data(), 32));
+  }
+  // Before bind, so that the guard sees every connection from the first.
+  const std::string monitor = "inproc://weightsync-trajectory-monitor";
+  if (zmq_socket_monitor(impl->socket.handle(), monitor.c_str(),
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+    throw zmq::error_t();
+  auto guard = ConnectionGuard::start(impl->context, client_key, monitor);
+  if (!guard) return guard.error();
+  impl->guard = std::move(guard).value();
   impl->socket.bind(endpoint);
   impl->endpoint = impl->socket.get(zmq::sockopt::last_endpoint);
   return std::unique_ptr<GroupReceiver>(new GroupReceiver(std::move(impl)));
@@ -90,48 +151,91 @@ const std::string& GroupReceiver::endpoint() const {
 }
 
 const ReceiverCounters& GroupReceiver::counters() const {
+  impl_->counters.rejected_connections = impl_->guard->refused();
   return impl_->counters;
 }
 
-std::optional<zorplex::Result<algorithms::TrajectoryGroup>> GroupReceiver::receive(
-    std::chrono::milliseconds timeout) try {
-  zmq::pollitem_t item{impl_->socket.handle(), 0, ZMQ_POLLIN, 0};
+bool GroupReceiver::Impl::fresh(std::uint32_t generator, const std::string& session, std::uint64_t sequence,
+                                std::uint64_t& last) {
+  const auto key = std::make_pair(generator, session);
+  auto it = sessions.find(key);
+  if (it != sessions.end()) {
+    last = it->second.first;
+    if (sequence <= last) return false;
+    it->second = {sequence, ++clock};
+    return true;
+  }
+  if (sessions.size() >= kMaxSessions) {  // forget the least recently active session
+    auto oldest = sessions.begin();
+    for (auto s = sessions.begin(); s != sessions.end(); ++s)
+      if (s->second.second < oldest->second.second) oldest = s;
+    sessions.erase(oldest);
+  }
+  sessions.emplace(key, std::make_pair(sequence, ++clock));
+  return true;
+}
+
+std::optional<GroupResult> GroupReceiver::receive(std::chrono::milliseconds timeout) try {
+  Impl& d = *impl_;
+  const std::uint64_t refused = d.guard->refused();
+  if (refused > d.refusals_reported) {
+    const std::uint64_t fresh_refusals = refused - d.refusals_reported;
+    d.refusals_reported = refused;
+    d.counters.rejected_connections = refused;
+    return GroupResult(zorplex::Error{"trajectory channel: refused " + std::to_string(fresh_refusals) +
+                                      " connection(s), the last: " + d.guard->last_refusal()});
+  }
+  zmq::pollitem_t item{d.socket.handle(), 0, ZMQ_POLLIN, 0};
   if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
-  std::vector<zmq::message_t> frames;
-  do {
-    zmq::message_t frame;
-    if (!impl_->socket.recv(frame, zmq::recv_flags::dontwait)) break;
-    impl_->counters.bytes += frame.size();
-    frames.push_back(std::move(frame));
-  } while (frames.back().more());
-  if (frames.size() != 2) {
-    ++impl_->counters.rejected_malformed;
-    return zorplex::Result<algorithms::TrajectoryGroup>(zorplex::Error{
-        "trajectory channel: a message of " + std::to_string(frames.size()) + " frames, expected 2"});
+  zmq::message_t frame;
+  if (!d.socket.recv(frame, zmq::recv_flags::dontwait)) return std::nullopt;
+  d.counters.bytes += frame.size();
+  if (frame.more()) {  // already whole in memory (libzmq delivers complete messages): release it
+    std::uint64_t frames = 1;
+    for (bool more = true; more && frames < (std::uint64_t{1} << 32); ++frames) {
+      zmq::message_t rest;
+      if (!d.socket.recv(rest, zmq::recv_flags::dontwait)) break;
+      d.counters.bytes += rest.size();
+      more = rest.more();
+    }
+    return d.reject(d.counters.rejected_malformed,
+                    "a message of " + std::to_string(frames) + " frames, expected 1");
   }
-  const std::string mac = frames[0].to_string();
-  const std::string payload = frames[1].to_string();
-  const std::string expected = payload_mac(impl_->options.secret, payload);
-  if (mac.size() != expected.size() || CRYPTO_memcmp(mac.data(), expected.data(), mac.size()) != 0) {
-    ++impl_->counters.rejected_authentication;
-    return zorplex::Result<algorithms::TrajectoryGroup>(
-        zorplex::Error{impl_->options.secret.empty() ? "trajectory channel: a message carries a MAC but this "
-                                                       "trainer has no secret (set the same secret "
-                                                       "on both sides)"
-                                                     : "trajectory channel: a message failed authentication "
-                                                       "(wrong or missing secret on that generator)"});
+  if (d.options.secret.empty()) {
+    const int fd = zmq_msg_get(frame.handle(), ZMQ_SRCFD);
+    auto me = fd >= 0 ? loopback_peer_is_me(fd) : zorplex::Result<bool>(zorplex::Error{"no connection"});
+    if (!me.ok() || !me.value()) {
+      return d.reject(d.counters.rejected_authentication,
+                      "a message from " + (me.ok() ? std::string("another user") : me.error().message) +
+                          " (without a secret only this uid may send)");
+    }
   }
-  auto group = decode_group(payload);
+  const std::string_view bytes(static_cast<const char*>(frame.data()), frame.size());
+  if (bytes.size() < kFrameHeaderBytes || bytes.compare(0, 4, std::string_view(kMagic, 4)) != 0 ||
+      bytes[4] != kVersion) {
+    return d.reject(d.counters.rejected_malformed, "a message without the WSTG/1 header");
+  }
+  const std::string session(bytes.substr(5, kSessionIdBytes));
+  std::uint64_t sequence = 0;
+  for (int b = 0; b < 8; ++b)
+    sequence |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[5 + kSessionIdBytes + b])) << (8 * b);
+  auto group = decode_group(bytes.substr(kFrameHeaderBytes));
   if (!group) {
-    ++impl_->counters.rejected_malformed;
-    return zorplex::Result<algorithms::TrajectoryGroup>(group.error());
+    ++d.counters.rejected_malformed;
+    return GroupResult(group.error());
   }
-  ++impl_->counters.received;
+  std::uint64_t last = 0;
+  if (!d.fresh(group.value().generator, session, sequence, last)) {
+    return d.reject(d.counters.rejected_replay, "a replayed or repeated message (generator " +
+                                                    std::to_string(group.value().generator) + ", sequence " +
+                                                    std::to_string(sequence) + ", already at " +
+                                                    std::to_string(last) + ")");
+  }
+  ++d.counters.received;
   return group;
 } catch (const zmq::error_t& e) {
   ++impl_->counters.rejected_malformed;
-  return zorplex::Result<algorithms::TrajectoryGroup>(
-      zorplex::Error{std::string("trajectory channel: receive failed: ") + e.what()});
+  return GroupResult(zorplex::Error{std::string("trajectory channel: receive failed: ") + e.what()});
 }
 
 }  // namespace channel

@@ -1,33 +1,59 @@
 // channel/group_channel.h: trajectory groups from generators to the trainer
-// over ZeroMQ PUSH/PULL, authenticated with the shared secret, with bounded
-// queues so that a slow trainer slows the generators down.
+// over ZeroMQ PUSH/PULL, with authenticated connections, replay protection,
+// a bound on each message, and bounded queues so that a slow trainer slows
+// the generators down (docs/rl_protocol.md).
 //
 // Contract
 // - GroupReceiver (the trainer) binds a PULL socket; GroupSender (each
 //   generator) connects a PUSH socket to it. ZeroMQ reconnects by itself, so
 //   a sender survives a trainer restart and a receiver survives a dead
 //   sender (its queued messages are simply gone).
-// - A message is two frames: an HMAC-SHA256 of the payload under the shared
-//   secret (empty when no secret is set), then the payload (group_codec.h).
-//   A receiver with a secret rejects a message whose MAC does not match; a
-//   receiver without one rejects a message that carries a MAC, and both
-//   reject a message that is not two frames or does not decode. A rejected
-//   message is returned as an Error saying why, counted, and dropped; the
-//   receiver keeps working.
+// - Who may connect (connection_guard.h). With a secret: ZeroMQ CURVE, both
+//   key pairs derived from the secret (channel_keys.h); the receiver's ZAP
+//   handler admits only the secret's client key, so a peer without the secret
+//   never gets past the handshake and no byte of its messages is buffered.
+//   Without a secret: only a loopback peer whose socket is owned by this
+//   process's uid (the kernel's word, libweightsync's peer_identity.h),
+//   checked when the connection is accepted, at the handshake, and again for
+//   each message (ZMQ_SRCFD). A refused connection is counted
+//   (rejected_connections) and reported once by the next receive() as an
+//   Error; it never reaches the trainer.
+// - A message is ONE frame: "WSTG", version 1, the sender's 16-byte random
+//   session id, a uint64 little-endian sequence number (1, 2, ... per
+//   session), then the payload (group_codec.h). The receiver keeps, per
+//   (generator, session), the highest sequence accepted and drops any message
+//   at or below it (a replay or a repeat: rejected_replay), for the 4096
+//   most recently active sessions (older ones are forgotten).
+// - Bounds: a frame larger than max_message_bytes is refused by ZeroMQ before
+//   it is buffered (ZMQ_MAXMSGSIZE; the connection is dropped); a message of
+//   several frames is refused (rejected_malformed). What still holds for an
+//   AUTHENTICATED peer only: libzmq delivers a multipart message only once it
+//   is complete and counts its high-water mark in whole messages, so a peer
+//   that passed the handshake (holds the secret, or without one runs as this
+//   uid) can make the receiver buffer an endless message of MORE frames, each
+//   <= max_message_bytes. Nobody else can: the handshake comes first.
+//   Otherwise each admitted connection holds at most high_water_mark whole
+//   messages plus one being read (each <= max_message_bytes) and the kernel's
+//   socket buffers; decoding one is bounded as group_codec.h says.
+// - A rejected message is returned as an Error saying why, counted, and
+//   dropped; the receiver keeps working.
 // - Backpressure: each side queues at most high_water_mark messages (plus
 //   the kernel's socket buffers); send() waits up to send_timeout for room
 //   and returns false when there was none (the caller checks whether it
 //   should stop, then tries again). Nothing is ever dropped by the sender.
 // - Sockets close with linger 0: closing never blocks.
-// - Thread: each object is one thread's (ZeroMQ sockets are not thread-safe).
-//   Construction errors (bad endpoint, address in use) are Errors.
+// - Thread: each object is one thread's (ZeroMQ sockets are not thread-safe);
+//   the receiver runs its connection guard on a thread of its own.
+//   Construction errors (bad endpoint, address in use, no CURVE) are Errors.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "algorithms/replay_buffer.h"
 #include "zorplex/result.h"
@@ -35,17 +61,26 @@
 namespace channel {
 
 struct ChannelOptions {
-  std::string secret;  // shared by trainer and generators; empty: no authentication (loopback only)
+  std::string secret;  // shared by trainer and generators; empty: loopback peers of this uid only
   int high_water_mark = 4;
   std::chrono::milliseconds send_timeout{500};
+  std::size_t max_message_bytes = std::size_t{64} << 20;  // one whole message, header included
 };
 
 struct ReceiverCounters {
   std::uint64_t received = 0;
-  std::uint64_t rejected_authentication = 0;
+  std::uint64_t rejected_authentication = 0;  // messages whose connection failed the uid check
   std::uint64_t rejected_malformed = 0;
+  std::uint64_t rejected_replay = 0;
+  std::uint64_t rejected_connections = 0;  // refused at or before the handshake
   std::uint64_t bytes = 0;
 };
+
+inline constexpr std::size_t kSessionIdBytes = 16;
+inline constexpr std::size_t kFrameHeaderBytes = 4 + 1 + kSessionIdBytes + 8;
+
+// The one frame of a message: header (session, sequence) + payload.
+std::string frame_message(const std::string& session, std::uint64_t sequence, std::string_view payload);
 
 class GroupSender {
  public:
@@ -57,8 +92,11 @@ class GroupSender {
 
   // true: queued for the trainer; false: no room within send_timeout.
   zorplex::Result<bool> send(const algorithms::TrajectoryGroup& group);
-  // Sends raw frames (tests: forged or malformed messages).
-  zorplex::Result<bool> send_frames(const std::string& mac, const std::string& payload);
+  // Sends one frame as it is (tests: replays, malformed messages).
+  zorplex::Result<bool> send_raw(std::string_view frame);
+  // This sender's random session id, and the sequence its next send() uses.
+  const std::string& session() const;
+  std::uint64_t next_sequence() const;
 
  private:
   struct Impl;
@@ -77,7 +115,8 @@ class GroupReceiver {
 
   // The endpoint actually bound (with the port chosen for "*").
   const std::string& endpoint() const;
-  // nullopt: nothing arrived within timeout. Error: a message was rejected.
+  // nullopt: nothing arrived within timeout. Error: a message or (reported
+  // once, as soon as it is known) a connection was rejected.
   std::optional<zorplex::Result<algorithms::TrajectoryGroup>> receive(std::chrono::milliseconds timeout);
   const ReceiverCounters& counters() const;
 
@@ -86,8 +125,5 @@ class GroupReceiver {
   explicit GroupReceiver(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// HMAC-SHA256(secret, payload) as 32 raw bytes; "" for an empty secret.
-std::string payload_mac(const std::string& secret, const std::string& payload);
 
 }  // namespace channel

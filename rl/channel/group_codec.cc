@@ -278,7 +278,7 @@ class BoundedReader {
   static constexpr std::size_t kMaxValues = 1 + kMaxMapEntries * (1 + kMaxTrajectories) + kMaxTrajectories;
 
   bool fail(const std::string& why) {
-    if (error_.empty()) error_ = why + " (refused while reading)";
+    if (error_.empty()) error_ = why + " (found while reading)";
     return false;
   }
   bool value() {

@@ -8,9 +8,15 @@
 //   grows by less than 48 MiB while 192 MiB are offered (12 x 16 MiB);
 // - a decoded payload: 1 MB of nested arrays decodes to an Error (no crash),
 //   and 8 MiB of nils raise the decoder's peak RSS by less than 16 MiB;
-// - a recorded message replayed 50 times is accepted once at most;
+// - an authenticated peer's multipart message is refused (counted), and a
+//   frame over max_message_bytes (1 MiB here) is never read (bytes < 1 MiB);
+// - a recorded message replayed 50 times (by a peer without the secret, and
+//   by one holding it) is accepted once;
 // - a peer of another uid (nobody, 65534) gets nothing accepted by a trainer
-//   without a secret (needs root; prints SKIPPED otherwise).
+//   without a secret (needs root; prints SKIPPED otherwise), while the same
+//   bytes from our own uid are;
+// - 2,000 bad messages print at most 11 log lines (10 per minute + a
+//   summary), and every one is counted.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -28,8 +34,10 @@
 #include <thread>
 #include <vector>
 
+#include "channel/channel_keys.h"
 #include "channel/group_channel.h"
 #include "channel/group_codec.h"
+#include "channel/rejection_log.h"
 #include "rollout/demonstrations.h"
 
 using algorithms::TrajectoryGroup;
@@ -164,6 +172,43 @@ TEST_CASE("channel attack (issue 30 #2): endless MORE frames without the secret 
   INFO("receiver RSS " << before / 1024 << " MiB before, " << peak / 1024 << " MiB at most while 192 MiB were offered");
   CHECK(peak - before < 48 * 1024);
   CHECK(receiver->counters().received == 0);
+  CHECK(receiver->counters().rejected_connections >= 1);  // NULL greeting against CURVE
+}
+
+TEST_CASE("channel attack (issue 30 #2): an authenticated peer's multipart or oversized message is refused",
+          "[rl][channel][attack]") {
+  channel::ChannelOptions options;
+  options.secret = "right";
+  options.max_message_bytes = 1 << 20;
+  auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", options);
+  REQUIRE(bound.ok());
+  auto receiver = std::move(bound).value();
+  auto keys = channel::derive_channel_keys("right");
+  REQUIRE(keys.ok());
+  const std::vector<std::string> curve{"--curve", channel::z85_key(keys.value().server_public),
+                                       channel::z85_key(keys.value().client_public),
+                                       channel::z85_key(keys.value().client_secret)};
+  // A good message split in two frames, 3 times, by a peer holding the secret.
+  const std::string frame = channel::frame_message(std::string(16, 'x'), 1, channel::encode_group(small_group(0.0)));
+  const std::string head = write_temp(frame.substr(0, 40));
+  const std::string tail = write_temp(frame.substr(40));
+  std::vector<std::string> args = curve;
+  for (const std::string& a : {receiver->endpoint(), std::string("files"), std::string("3"), std::string("1500"), head, tail})
+    args.push_back(a);
+  pid_t attacker = spawn_attacker(args, false);
+  CHECK(accepted_within(*receiver, std::chrono::milliseconds(2000)) == 0);
+  CHECK(reap(attacker, std::chrono::seconds(10)) == 0);
+  CHECK(receiver->counters().rejected_malformed == 3);
+  // One frame over max_message_bytes: ZeroMQ drops the connection before buffering it.
+  const std::string big = write_temp(channel::frame_message(std::string(16, 'y'), 1, std::string(2 << 20, '\xc0')));
+  args = curve;
+  for (const std::string& a : {receiver->endpoint(), std::string("files"), std::string("1"), std::string("1500"), big})
+    args.push_back(a);
+  attacker = spawn_attacker(args, false);
+  CHECK(accepted_within(*receiver, std::chrono::milliseconds(2000)) == 0);
+  reap(attacker, std::chrono::seconds(10));
+  CHECK(receiver->counters().bytes < (1u << 20));  // only the two halves above were read
+  for (const std::string& path : {head, tail, big}) ::unlink(path.c_str());
 }
 
 TEST_CASE("channel attack (issue 30 #5): deep nesting and a flood of nils are refused while reading",
@@ -200,18 +245,27 @@ TEST_CASE("channel attack (issue 30 #6): a recorded message replayed 50 times is
   auto connected = channel::GroupSender::connect(receiver->endpoint(), options);
   REQUIRE(connected.ok());
   const TrajectoryGroup group = small_group(0.0);
+  const std::uint64_t sequence = connected.value()->next_sequence();
   REQUIRE(connected.value()->send(group).ok());
-  // What crossed the wire, as a listener on the path recorded it.
-  const std::string payload = channel::encode_group(group);
-  const std::string mac_file = write_temp(channel::payload_mac("right", payload));
-  const std::string payload_file = write_temp(payload);
-  const pid_t attacker =
-      spawn_attacker({receiver->endpoint(), "files", "50", "1500", mac_file, payload_file}, false);
+  // What crossed the wire (inside CURVE's encryption), as the sender built it.
+  const std::string recorded =
+      write_temp(channel::frame_message(connected.value()->session(), sequence, channel::encode_group(group)));
+  auto keys = channel::derive_channel_keys("right");
+  REQUIRE(keys.ok());
+  // A replayer without the secret, then one holding it (a compromised relay).
+  const pid_t outsider = spawn_attacker({receiver->endpoint(), "files", "50", "1500", recorded}, false);
+  const pid_t insider = spawn_attacker({"--curve", channel::z85_key(keys.value().server_public),
+                                        channel::z85_key(keys.value().client_public),
+                                        channel::z85_key(keys.value().client_secret), receiver->endpoint(), "files",
+                                        "50", "1500", recorded},
+                                       false);
   const int accepted = accepted_within(*receiver, std::chrono::milliseconds(3000));
-  reap(attacker, std::chrono::seconds(10));
-  ::unlink(mac_file.c_str());
-  ::unlink(payload_file.c_str());
+  CHECK(reap(outsider, std::chrono::seconds(10)) == 0);
+  CHECK(reap(insider, std::chrono::seconds(10)) == 0);
+  ::unlink(recorded.c_str());
   CHECK(accepted == 1);
+  CHECK(receiver->counters().rejected_replay == 50);
+  CHECK(receiver->counters().rejected_connections >= 1);
 }
 
 TEST_CASE("channel attack (issue 30 #6): another local user cannot feed a trainer that has no secret",
@@ -223,15 +277,67 @@ TEST_CASE("channel attack (issue 30 #6): another local user cannot feed a traine
   auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", {});
   REQUIRE(bound.ok());
   auto receiver = std::move(bound).value();
-  const std::string payload = channel::encode_group(small_group(1.0));  // a forged perfect score
-  const std::string mac_file = write_temp("");
-  const std::string payload_file = write_temp(payload);
-  const pid_t attacker =
-      spawn_attacker({receiver->endpoint(), "files", "3", "1500", mac_file, payload_file}, true);
+  const std::string forged = write_temp(  // a forged perfect score, in the current wire form
+      channel::frame_message(std::string(16, 'n'), 1, channel::encode_group(small_group(1.0))));
+  const pid_t attacker = spawn_attacker({receiver->endpoint(), "files", "3", "1500", forged}, true);
   const int accepted = accepted_within(*receiver, std::chrono::milliseconds(2500));
   const int exit_code = reap(attacker, std::chrono::seconds(10));
-  ::unlink(mac_file.c_str());
-  ::unlink(payload_file.c_str());
   REQUIRE(exit_code == 0);  // the attacker did run, as nobody
   CHECK(accepted == 0);
+  CHECK(receiver->counters().rejected_connections + receiver->counters().rejected_authentication >= 1);
+  // The control: the same bytes from a process of our own uid are accepted once.
+  const pid_t own = spawn_attacker({receiver->endpoint(), "files", "3", "1500", forged}, false);
+  const int accepted_own = accepted_within(*receiver, std::chrono::milliseconds(2500));
+  CHECK(reap(own, std::chrono::seconds(10)) == 0);
+  ::unlink(forged.c_str());
+  CHECK(accepted_own == 1);
+}
+
+TEST_CASE("channel attack (issue 30 #6): 2,000 bad messages print at most 11 log lines, and all are counted",
+          "[rl][channel][attack]") {
+  auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", {});
+  REQUIRE(bound.ok());
+  auto receiver = std::move(bound).value();
+  auto connected = channel::GroupSender::connect(receiver->endpoint(), {});
+  REQUIRE(connected.ok());
+  auto& sender = *connected.value();
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log != nullptr);
+  channel::RejectionLog rejections(log, "trainer: rejected a trajectory message: ", 10, std::chrono::seconds(60));
+  int sent = 0;
+  int rejected = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto ok = sender.send_raw("garbage");
+    if (ok.ok() && ok.value()) ++sent;
+    for (int k = 0; k < 100; ++k) {  // keep the queue short: read what has arrived
+      auto got = receiver->receive(std::chrono::milliseconds(k == 0 ? 0 : 20));
+      if (!got) break;
+      if (!got->ok()) rejections.note(got->error().message), ++rejected;
+      if (rejected >= sent) break;
+    }
+  }
+  for (int k = 0; k < 200 && rejected < sent; ++k) {
+    auto got = receiver->receive(std::chrono::milliseconds(20));
+    if (got && !got->ok()) rejections.note(got->error().message), ++rejected;
+  }
+  std::rewind(log);
+  int lines = 0;
+  for (int c = std::fgetc(log), i = 0; c != EOF && i < (1 << 24); c = std::fgetc(log), ++i) lines += c == '\n';
+  std::fclose(log);
+  CHECK(sent == 2000);
+  CHECK(rejected == 2000);
+  CHECK(rejections.total() == 2000);
+  CHECK(rejections.printed() == 10);
+  CHECK(lines <= 11);
+  // After the interval, one summary line says how many were held back.
+  std::FILE* later = std::tmpfile();
+  channel::RejectionLog clock(later, "x: ", 2, std::chrono::seconds(10));
+  const auto t0 = channel::RejectionLog::Clock::now();
+  for (int i = 0; i < 50; ++i) clock.note("bad", t0);
+  clock.flush(t0 + std::chrono::seconds(11));
+  std::rewind(later);
+  char text[256] = {};
+  const std::size_t n = std::fread(text, 1, sizeof text - 1, later);
+  std::fclose(later);
+  CHECK(std::string(text, n) == "x: bad\nx: bad\nx: 48 more rejections suppressed in the last 10 s\n");
 }
