@@ -98,6 +98,7 @@ struct GroupReceiver::Impl {
   std::string endpoint;
   ReceiverCounters counters;
   std::uint64_t refusals_reported = 0;
+  std::chrono::steady_clock::time_point last_report{};
   // (generator, session) -> (highest sequence accepted, when last used).
   std::map<std::pair<std::uint32_t, std::string>, std::pair<std::uint64_t, std::uint64_t>> sessions;
   std::uint64_t clock = 0;
@@ -105,6 +106,19 @@ struct GroupReceiver::Impl {
   GroupResult reject(std::uint64_t& counter, std::string why) {
     ++counter;
     return GroupResult(zorplex::Error{"trajectory channel: " + std::move(why)});
+  }
+  // New refusals as one Error, at most once a second unless `idle` (nothing
+  // arrived), so that a stream of refusals cannot crowd out the messages.
+  std::optional<GroupResult> refusal_report(bool idle) {
+    const std::uint64_t refused = guard->refused();
+    counters.rejected_connections = refused;
+    const auto now = std::chrono::steady_clock::now();
+    if (refused == refusals_reported || (!idle && now - last_report < std::chrono::seconds(1))) return std::nullopt;
+    const std::uint64_t fresh_refusals = refused - refusals_reported;
+    refusals_reported = refused;
+    last_report = now;
+    return GroupResult(zorplex::Error{"trajectory channel: refused " + std::to_string(fresh_refusals) +
+                                      " connection(s), the last: " + guard->last_refusal()});
   }
   // true: `sequence` is new for this (generator, session); it is then recorded.
   bool fresh(std::uint32_t generator, const std::string& session, std::uint64_t sequence, std::uint64_t& last);
@@ -177,16 +191,9 @@ bool GroupReceiver::Impl::fresh(std::uint32_t generator, const std::string& sess
 
 std::optional<GroupResult> GroupReceiver::receive(std::chrono::milliseconds timeout) try {
   Impl& d = *impl_;
-  const std::uint64_t refused = d.guard->refused();
-  if (refused > d.refusals_reported) {
-    const std::uint64_t fresh_refusals = refused - d.refusals_reported;
-    d.refusals_reported = refused;
-    d.counters.rejected_connections = refused;
-    return GroupResult(zorplex::Error{"trajectory channel: refused " + std::to_string(fresh_refusals) +
-                                      " connection(s), the last: " + d.guard->last_refusal()});
-  }
+  if (auto report = d.refusal_report(false)) return report;
   zmq::pollitem_t item{d.socket.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+  if (zmq::poll(&item, 1, timeout) == 0) return d.refusal_report(true);
   zmq::message_t frame;
   if (!d.socket.recv(frame, zmq::recv_flags::dontwait)) return std::nullopt;
   d.counters.bytes += frame.size();
@@ -202,12 +209,13 @@ std::optional<GroupResult> GroupReceiver::receive(std::chrono::milliseconds time
                     "a message of " + std::to_string(frames) + " frames, expected 1");
   }
   if (d.options.secret.empty()) {
+    // The guard admitted this connection at its handshake; asked again here,
+    // a connection already gone (its descriptor closed) is judged by that.
     const int fd = zmq_msg_get(frame.handle(), ZMQ_SRCFD);
-    auto me = fd >= 0 ? loopback_peer_is_me(fd) : zorplex::Result<bool>(zorplex::Error{"no connection"});
-    if (!me.ok() || !me.value()) {
+    auto me = fd >= 0 ? loopback_peer_is_me(fd) : zorplex::Result<bool>(zorplex::Error{"gone"});
+    if (me.ok() && !me.value()) {
       return d.reject(d.counters.rejected_authentication,
-                      "a message from " + (me.ok() ? std::string("another user") : me.error().message) +
-                          " (without a secret only this uid may send)");
+                      "a message from another user (without a secret only this uid may send)");
     }
   }
   const std::string_view bytes(static_cast<const char*>(frame.data()), frame.size());

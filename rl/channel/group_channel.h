@@ -15,9 +15,11 @@
 //   Without a secret: only a loopback peer whose socket is owned by this
 //   process's uid (the kernel's word, libweightsync's peer_identity.h),
 //   checked when the connection is accepted, at the handshake, and again for
-//   each message (ZMQ_SRCFD). A refused connection is counted
-//   (rejected_connections) and reported once by the next receive() as an
-//   Error; it never reaches the trainer.
+//   each message whose connection is still open (ZMQ_SRCFD). A refused
+//   connection is counted (rejected_connections) and reported by receive()
+//   as one Error per batch of refusals (at most one a second while messages
+//   are waiting, so refusals never crowd them out); it never reaches the
+//   trainer.
 // - A message is ONE frame: "WSTG", version 1, the sender's 16-byte random
 //   session id, a uint64 little-endian sequence number (1, 2, ... per
 //   session), then the payload (group_codec.h). The receiver keeps, per
@@ -115,8 +117,8 @@ class GroupReceiver {
 
   // The endpoint actually bound (with the port chosen for "*").
   const std::string& endpoint() const;
-  // nullopt: nothing arrived within timeout. Error: a message or (reported
-  // once, as soon as it is known) a connection was rejected.
+  // nullopt: nothing arrived within timeout. Error: a message was rejected,
+  // or connections were refused since the last such report.
   std::optional<zorplex::Result<algorithms::TrajectoryGroup>> receive(std::chrono::milliseconds timeout);
   const ReceiverCounters& counters() const;
 
