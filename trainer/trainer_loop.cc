@@ -253,10 +253,13 @@ zorplex::Result<bool> TrainerLoop::evaluate_held_out() {
 
 TrainerLoop::Arrival TrainerLoop::receive_one(bool sync) {
   auto message = receiver_->receive(std::chrono::milliseconds(200));
-  if (!message) return {};
+  if (!message) {
+    rejection_log_.flush();
+    return {};
+  }
   if (!*message) {
     ++rejected_messages_;
-    std::fprintf(stderr, "trainer: rejected a trajectory message: %s\n", message->error().message.c_str());
+    rejection_log_.note(message->error().message);
     return {};
   }
   algorithms::TrajectoryGroup group = std::move(*message).value();

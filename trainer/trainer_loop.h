@@ -69,6 +69,7 @@
 #include "algorithms/replay_buffer.h"
 #include "algorithms/outcome_tally.h"
 #include "algorithms/sampling_agreement.h"
+#include "channel/rejection_log.h"
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
 #include "policy/transformer.h"
@@ -205,6 +206,8 @@ class TrainerLoop {
   std::uint64_t dropped_off_version_ = 0;
   std::uint64_t consumed_before_ = 0;  // ReplayCounters::trajectories_consumed at the last step
   std::uint64_t rejected_messages_ = 0;
+  // At most 10 rejection lines per 10 s on stderr, then one "suppressed" summary.
+  channel::RejectionLog rejection_log_{stderr, "trainer: rejected a trajectory message: "};
   algorithms::SamplingAgreement sampling_;
   algorithms::OutcomeTally arrived_;  // this step's arrivals, before the zero-variance filter
   std::set<std::uint32_t> told_about_sampling_;  // generators already told why they are refused
