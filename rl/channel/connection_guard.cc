@@ -1,7 +1,9 @@
 // channel/connection_guard.cc: see connection_guard.h.
 #include "channel/connection_guard.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,6 +27,17 @@ std::string end_of(int fd, bool peer) {
                       : ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   if (rc != 0) return "";
   return std::string(reinterpret_cast<const char*>(&address), std::min<std::size_t>(length, sizeof address));
+}
+
+// The local TCP port of `fd` as decimal text ("" when it is not a TCP socket).
+std::string local_port(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  if (address.ss_family == AF_INET) return std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port));
+  if (address.ss_family == AF_INET6)
+    return std::to_string(ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port));
+  return "";
 }
 
 bool loopback_ip(const std::string& ip) {
@@ -101,9 +114,12 @@ void ConnectionGuard::drain_monitor() {
   for (int i = 0; i < 10000; ++i) {
     zmq::message_t event;
     if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+    std::string endpoint;  // the event's second frame: our end's address, tcp://IP:PORT
     for (int part = 0; part < 8 && event.more(); ++part) {
       zmq::message_t rest;
-      if (!monitor_.recv(rest, zmq::recv_flags::dontwait) || !rest.more()) break;
+      if (!monitor_.recv(rest, zmq::recv_flags::dontwait)) break;
+      if (part == 0) endpoint = rest.to_string();
+      if (!rest.more()) break;
     }
     if (event.size() < 6) continue;
     std::uint16_t id = 0;
@@ -114,7 +130,14 @@ void ConnectionGuard::drain_monitor() {
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       refuse(client_key_.empty() ? "a failed handshake (the peer speaks CURVE: a secret on its side only?)"
                                  : "a failed handshake (a wrong secret, or none, on the peer's side?)");
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && !client_key_.empty()) {
+      // The peer hung up mid-handshake: mostly one that saw our CURVE greeting
+      // without a secret of its own. (Without a secret, cut connections end so.)
+      refuse("a handshake the peer abandoned (no secret on its side?)");
     } else if (id == ZMQ_EVENT_ACCEPTED && client_key_.empty()) {
+      // Closed already and the number reused by another socket of this
+      // process (not on our port): that connection is gone, nothing to cut.
+      if (local_port(fd) != endpoint.substr(endpoint.rfind(':') + 1)) continue;
       auto me = loopback_peer_is_me(fd);
       if (me.ok() && me.value()) continue;
       cut_.push_back({fd, end_of(fd, false), end_of(fd, true)});

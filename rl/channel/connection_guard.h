@@ -10,15 +10,18 @@
 // - Either way it watches the receiver socket's monitor (zmq_socket_monitor,
 //   made before the socket binds): a handshake that fails a protocol check
 //   before ZAP (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL: the other mechanism, a
-//   secret on one side only; a malformed greeting) is counted as a refusal.
+//   secret on one side only; a malformed greeting) is counted as a refusal,
+//   and with CURVE so is one the peer abandons (..._NO_DETAIL: a peer
+//   without the secret that saw our greeting and hung up).
 // - Without a client key (no secret): the receiver speaks NULL; the monitor's
 //   ZMQ_EVENT_ACCEPTED / DISCONNECTED / CLOSED (whose value is the
 //   connection's descriptor) are used as well. Every accepted connection is
 //   asked at once who owns its peer (loopback_peer_is_me(): the kernel's
 //   inet_diag answer, libweightsync's net/peer_identity.h); a peer that is not
 //   on loopback or not of this process's uid is cut (shutdown(2) of that
-//   descriptor) and remembered while its descriptor still carries that
-//   connection. A ZAP request (which names only the peer's IP, not which
+//   descriptor, only if it still is a socket on the receiver's port: a number
+//   already closed and reused elsewhere in the process is left alone) and
+//   remembered while its descriptor still carries that connection. A ZAP request (which names only the peer's IP, not which
 //   connection it is) is admitted only when the peer is on loopback and no
 //   such refused connection is still open: the requester's ACCEPTED event is
 //   always read before its request is answered, so a foreign requester is

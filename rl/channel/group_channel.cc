@@ -147,7 +147,7 @@ zorplex::Result<std::unique_ptr<GroupReceiver>> GroupReceiver::bind(const std::s
   const std::string monitor = "inproc://weightsync-trajectory-monitor";
   if (zmq_socket_monitor(impl->socket.handle(), monitor.c_str(),
                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
     throw zmq::error_t();
   auto guard = ConnectionGuard::start(impl->context, client_key, monitor);
   if (!guard) return guard.error();

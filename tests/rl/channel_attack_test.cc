@@ -15,7 +15,7 @@
 // - a peer of another uid (nobody, 65534) gets nothing accepted by a trainer
 //   without a secret (needs root; prints SKIPPED otherwise), while the same
 //   bytes from our own uid are;
-// - 2,000 bad messages print at most 11 log lines (10 per minute + a
+// - 2000 bad messages print at most 11 log lines (10 per minute + a
 //   summary), and every one is counted.
 #include <catch2/catch.hpp>
 
@@ -253,17 +253,23 @@ TEST_CASE("channel attack (issue 30 #6): a recorded message replayed 50 times is
   auto keys = channel::derive_channel_keys("right");
   REQUIRE(keys.ok());
   // A replayer without the secret, then one holding it (a compromised relay).
-  const pid_t outsider = spawn_attacker({receiver->endpoint(), "files", "50", "1500", recorded}, false);
+  const pid_t outsider = spawn_attacker({receiver->endpoint(), "files", "50", "3000", recorded}, false);
   const pid_t insider = spawn_attacker({"--curve", channel::z85_key(keys.value().server_public),
                                         channel::z85_key(keys.value().client_public),
                                         channel::z85_key(keys.value().client_secret), receiver->endpoint(), "files",
                                         "50", "1500", recorded},
                                        false);
   const int accepted = accepted_within(*receiver, std::chrono::milliseconds(3000));
+  // The outsider's handshake failed (counted by the guard); on a loaded
+  // machine it may take a moment to connect at all.
+  int late = 0;
+  for (int i = 0; i < 100 && receiver->counters().rejected_connections == 0; ++i)
+    late += accepted_within(*receiver, std::chrono::milliseconds(50));
   CHECK(reap(outsider, std::chrono::seconds(10)) == 0);
   CHECK(reap(insider, std::chrono::seconds(10)) == 0);
+  late += accepted_within(*receiver, std::chrono::milliseconds(200));
   ::unlink(recorded.c_str());
-  CHECK(accepted == 1);
+  CHECK(accepted + late == 1);
   CHECK(receiver->counters().rejected_replay == 50);
   CHECK(receiver->counters().rejected_connections >= 1);
 }
@@ -284,7 +290,10 @@ TEST_CASE("channel attack (issue 30 #6): another local user cannot feed a traine
   const int exit_code = reap(attacker, std::chrono::seconds(10));
   REQUIRE(exit_code == 0);  // the attacker did run, as nobody
   CHECK(accepted == 0);
-  CHECK(receiver->counters().rejected_connections + receiver->counters().rejected_authentication >= 1);
+  // Cut at accept or refused at the handshake: no message of it was read.
+  CHECK(receiver->counters().rejected_connections >= 1);
+  CHECK(receiver->counters().rejected_authentication == 0);
+  CHECK(receiver->counters().bytes == 0);
   // The control: the same bytes from a process of our own uid are accepted once.
   const pid_t own = spawn_attacker({receiver->endpoint(), "files", "3", "1500", forged}, false);
   const int accepted_own = accepted_within(*receiver, std::chrono::milliseconds(2500));
@@ -293,7 +302,7 @@ TEST_CASE("channel attack (issue 30 #6): another local user cannot feed a traine
   CHECK(accepted_own == 1);
 }
 
-TEST_CASE("channel attack (issue 30 #6): 2,000 bad messages print at most 11 log lines, and all are counted",
+TEST_CASE("channel attack (issue 30 #6): 2000 bad messages print at most 11 log lines, and all are counted",
           "[rl][channel][attack]") {
   auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", {});
   REQUIRE(bound.ok());
@@ -316,7 +325,8 @@ TEST_CASE("channel attack (issue 30 #6): 2,000 bad messages print at most 11 log
       if (rejected >= sent) break;
     }
   }
-  for (int k = 0; k < 200 && rejected < sent; ++k) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int k = 0; k < 100000 && rejected < sent && std::chrono::steady_clock::now() < deadline; ++k) {
     auto got = receiver->receive(std::chrono::milliseconds(20));
     if (got && !got->ok()) rejections.note(got->error().message), ++rejected;
   }
