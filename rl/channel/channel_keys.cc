@@ -11,8 +11,8 @@ namespace {
 std::string hmac_sha256(const std::string& key, const std::string& data) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), out, &length);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &length);
   return std::string(reinterpret_cast<const char*>(out), length);
 }
 
@@ -53,7 +53,8 @@ zorplex::Result<ChannelKeys> derive_channel_keys(const std::string& secret) {
 
 std::string z85_key(const std::string& key) {
   char text[41] = {};
-  if (key.size() != 32 || zmq_z85_encode(text, reinterpret_cast<const std::uint8_t*>(key.data()), 32) == nullptr)
+  if (key.size() != 32 ||
+      zmq_z85_encode(text, reinterpret_cast<const std::uint8_t*>(key.data()), 32) == nullptr)
     return "";
   return text;
 }

@@ -34,7 +34,8 @@ std::string local_port(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof address;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
-  if (address.ss_family == AF_INET) return std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port));
+  if (address.ss_family == AF_INET)
+    return std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port));
   if (address.ss_family == AF_INET6)
     return std::to_string(ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port));
   return "";
@@ -60,9 +61,8 @@ ConnectionGuard::ConnectionGuard(zmq::context_t& context, std::string client_pub
       monitor_(context, zmq::socket_type::pair),
       client_key_(std::move(client_public_key)) {}
 
-zorplex::Result<std::unique_ptr<ConnectionGuard>> ConnectionGuard::start(zmq::context_t& context,
-                                                                       const std::string& client_public_key,
-                                                                       const std::string& monitor_endpoint) try {
+zorplex::Result<std::unique_ptr<ConnectionGuard>> ConnectionGuard::start(
+    zmq::context_t& context, const std::string& client_public_key, const std::string& monitor_endpoint) try {
   std::unique_ptr<ConnectionGuard> guard(new ConnectionGuard(context, client_public_key));
   guard->zap_.set(zmq::sockopt::linger, 0);
   guard->zap_.bind("inproc://zeromq.zap.01");
@@ -145,7 +145,8 @@ void ConnectionGuard::drain_monitor() {
       refuse(me.ok() ? "a connection from another user (without a secret only this uid may connect)"
                      : "a connection whose owner the kernel could not name: " + me.error().message);
     } else if (id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_CLOSED) {
-      cut_.erase(std::remove_if(cut_.begin(), cut_.end(), [fd](const Cut& c) { return c.fd == fd; }), cut_.end());
+      cut_.erase(std::remove_if(cut_.begin(), cut_.end(), [fd](const Cut& c) { return c.fd == fd; }),
+                 cut_.end());
     }
   }
 }
@@ -175,12 +176,14 @@ void ConnectionGuard::handle_zap() {
       cut_.erase(std::remove_if(cut_.begin(), cut_.end(),
                                 [](const Cut& c) {
                                   const std::string local = end_of(c.fd, false), peer = end_of(c.fd, true);
-                                  return !local.empty() && !peer.empty() && (local != c.local || peer != c.peer);
+                                  return !local.empty() && !peer.empty() &&
+                                         (local != c.local || peer != c.peer);
                                 }),
                  cut_.end());
       admitted = mechanism == "NULL" && loopback_ip(address) && cut_.empty();
-      why = !loopback_ip(address) ? "a peer at " + address + " (without a secret only loopback peers may connect)"
-                                  : "a handshake while a connection of another user is open";
+      why = !loopback_ip(address)
+                ? "a peer at " + address + " (without a secret only loopback peers may connect)"
+                : "a handshake while a connection of another user is open";
     }
   }
   {  // REP must answer every request, even one it cannot read

@@ -17,17 +17,18 @@
 //   ZMQ_EVENT_ACCEPTED / DISCONNECTED / CLOSED (whose value is the
 //   connection's descriptor) are used as well. Every accepted connection is
 //   asked at once who owns its peer (loopback_peer_is_me(): the kernel's
-//   inet_diag answer, libweightsync's net/peer_identity.h); a peer that is not
-//   on loopback or not of this process's uid is cut (shutdown(2) of that
+//   inet_diag answer, libweightsync's net/peer_identity.h); a peer that is
+//   not on loopback or not of this process's uid is cut (shutdown(2) of that
 //   descriptor, only if it still is a socket on the receiver's port: a number
 //   already closed and reused elsewhere in the process is left alone) and
-//   remembered while its descriptor still carries that connection. A ZAP request (which names only the peer's IP, not which
-//   connection it is) is admitted only when the peer is on loopback and no
-//   such refused connection is still open: the requester's ACCEPTED event is
-//   always read before its request is answered, so a foreign requester is
-//   always one of those. The price: while another user keeps connecting,
-//   new connections of our own uid are refused too (ZeroMQ retries them).
-//   The receiver also checks each message's connection again (ZMQ_SRCFD).
+//   remembered while its descriptor still carries that connection. A ZAP
+//   request (which names only the peer's IP, not which connection it is) is
+//   admitted only when the peer is on loopback and no such refused connection
+//   is still open: the requester's ACCEPTED event is always read before its
+//   request is answered, so a foreign requester is always one of those. The
+//   price: while another user keeps connecting, new connections of our own
+//   uid are refused too (ZeroMQ retries them). The receiver also checks each
+//   message's connection again (ZMQ_SRCFD).
 // - start() binds inproc://zeromq.zap.01 in `context`, which must happen
 //   before the receiver's socket binds (ZeroMQ admits everyone on a socket
 //   whose context has no ZAP handler), and the guard must outlive that

@@ -113,7 +113,8 @@ struct GroupReceiver::Impl {
     const std::uint64_t refused = guard->refused();
     counters.rejected_connections = refused;
     const auto now = std::chrono::steady_clock::now();
-    if (refused == refusals_reported || (!idle && now - last_report < std::chrono::seconds(1))) return std::nullopt;
+    if (refused == refusals_reported || (!idle && now - last_report < std::chrono::seconds(1)))
+      return std::nullopt;
     const std::uint64_t fresh_refusals = refused - refusals_reported;
     refusals_reported = refused;
     last_report = now;
@@ -121,7 +122,8 @@ struct GroupReceiver::Impl {
                                       " connection(s), the last: " + guard->last_refusal()});
   }
   // true: `sequence` is new for this (generator, session); it is then recorded.
-  bool fresh(std::uint32_t generator, const std::string& session, std::uint64_t sequence, std::uint64_t& last);
+  bool fresh(std::uint32_t generator, const std::string& session, std::uint64_t sequence,
+             std::uint64_t& last);
 };
 
 GroupReceiver::GroupReceiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -226,7 +228,8 @@ std::optional<GroupResult> GroupReceiver::receive(std::chrono::milliseconds time
   const std::string session(bytes.substr(5, kSessionIdBytes));
   std::uint64_t sequence = 0;
   for (int b = 0; b < 8; ++b)
-    sequence |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[5 + kSessionIdBytes + b])) << (8 * b);
+    sequence |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[5 + kSessionIdBytes + b]))
+                << (8 * b);
   auto group = decode_group(bytes.substr(kFrameHeaderBytes));
   if (!group) {
     ++d.counters.rejected_malformed;

@@ -25,14 +25,15 @@
 //   bounded by the input's size (a string or binary is read whole before its
 //   size is judged: at most twice the input while it grows) plus about 100
 //   bytes per value, and the stack by the depth. It then accepts exactly that
-//   schema and checks everything before building a group: the schema string, every field's type, enum names, the
-//   three per-token arrays of one length, 2 <= tokens <= kMaxTokens, token
-//   ids < policy::kVocabSize, mask bytes 0/1, finite log-probs <= 0 where
-//   the mask is 1, prompt_tokens < tokens, at most kMaxTrajectories per group,
-//   a finite temperature >= 0 and 0 < top_p <= 1.
-//   Anything else is an Error saying what is wrong; it never crashes (the
-//   decoder is fed garbage and mutations in the tests). The transcript is
-//   rebuilt from the tokens after the prompt; the task's words are not sent.
+//   schema and checks everything before building a group: the schema string,
+//   every field's type, enum names, the three per-token arrays of one length,
+//   2 <= tokens <= kMaxTokens, token ids < policy::kVocabSize, mask bytes
+//   0/1, finite log-probs <= 0 where the mask is 1, prompt_tokens < tokens,
+//   at most kMaxTrajectories per group, a finite temperature >= 0 and 0 <
+//   top_p <= 1. Anything else is an Error saying what is wrong; it never
+//   crashes (the decoder is fed garbage and mutations in the tests). The
+//   transcript is rebuilt from the tokens after the prompt; the task's words
+//   are not sent.
 // - Pure functions; any thread.
 #pragma once
 

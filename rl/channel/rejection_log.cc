@@ -12,7 +12,8 @@ void RejectionLog::flush(Clock::time_point now) {
   if (!started_ || now - window_start_ < interval_) return;
   if (window_suppressed_ > 0) {
     std::fprintf(out_, "%s%llu more rejections suppressed in the last %lld s\n", prefix_.c_str(),
-                 static_cast<unsigned long long>(window_suppressed_), static_cast<long long>(interval_.count()));
+                 static_cast<unsigned long long>(window_suppressed_),
+                 static_cast<long long>(interval_.count()));
     std::fflush(out_);
   }
   started_ = false;

@@ -169,7 +169,8 @@ TEST_CASE("channel attack (issue 30 #2): endless MORE frames without the secret 
     peak = std::max(peak, status_kib("VmRSS"));
   }
   reap(attacker, std::chrono::seconds(10));
-  INFO("receiver RSS " << before / 1024 << " MiB before, " << peak / 1024 << " MiB at most while 192 MiB were offered");
+  INFO("receiver RSS " << before / 1024 << " MiB before, " << peak / 1024
+                       << " MiB at most while 192 MiB were offered");
   CHECK(peak - before < 48 * 1024);
   CHECK(receiver->counters().received == 0);
   CHECK(receiver->counters().rejected_connections >= 1);  // NULL greeting against CURVE
@@ -189,20 +190,24 @@ TEST_CASE("channel attack (issue 30 #2): an authenticated peer's multipart or ov
                                        channel::z85_key(keys.value().client_public),
                                        channel::z85_key(keys.value().client_secret)};
   // A good message split in two frames, 3 times, by a peer holding the secret.
-  const std::string frame = channel::frame_message(std::string(16, 'x'), 1, channel::encode_group(small_group(0.0)));
+  const std::string frame =
+      channel::frame_message(std::string(16, 'x'), 1, channel::encode_group(small_group(0.0)));
   const std::string head = write_temp(frame.substr(0, 40));
   const std::string tail = write_temp(frame.substr(40));
   std::vector<std::string> args = curve;
-  for (const std::string& a : {receiver->endpoint(), std::string("files"), std::string("3"), std::string("1500"), head, tail})
+  for (const std::string& a :
+       {receiver->endpoint(), std::string("files"), std::string("3"), std::string("1500"), head, tail})
     args.push_back(a);
   pid_t attacker = spawn_attacker(args, false);
   CHECK(accepted_within(*receiver, std::chrono::milliseconds(2000)) == 0);
   CHECK(reap(attacker, std::chrono::seconds(10)) == 0);
   CHECK(receiver->counters().rejected_malformed == 3);
   // One frame over max_message_bytes: ZeroMQ drops the connection before buffering it.
-  const std::string big = write_temp(channel::frame_message(std::string(16, 'y'), 1, std::string(2 << 20, '\xc0')));
+  const std::string big =
+      write_temp(channel::frame_message(std::string(16, 'y'), 1, std::string(2 << 20, '\xc0')));
   args = curve;
-  for (const std::string& a : {receiver->endpoint(), std::string("files"), std::string("1"), std::string("1500"), big})
+  for (const std::string& a :
+       {receiver->endpoint(), std::string("files"), std::string("1"), std::string("1500"), big})
     args.push_back(a);
   attacker = spawn_attacker(args, false);
   CHECK(accepted_within(*receiver, std::chrono::milliseconds(2000)) == 0);
@@ -248,17 +253,16 @@ TEST_CASE("channel attack (issue 30 #6): a recorded message replayed 50 times is
   const std::uint64_t sequence = connected.value()->next_sequence();
   REQUIRE(connected.value()->send(group).ok());
   // What crossed the wire (inside CURVE's encryption), as the sender built it.
-  const std::string recorded =
-      write_temp(channel::frame_message(connected.value()->session(), sequence, channel::encode_group(group)));
+  const std::string recorded = write_temp(
+      channel::frame_message(connected.value()->session(), sequence, channel::encode_group(group)));
   auto keys = channel::derive_channel_keys("right");
   REQUIRE(keys.ok());
   // A replayer without the secret, then one holding it (a compromised relay).
   const pid_t outsider = spawn_attacker({receiver->endpoint(), "files", "50", "3000", recorded}, false);
-  const pid_t insider = spawn_attacker({"--curve", channel::z85_key(keys.value().server_public),
-                                        channel::z85_key(keys.value().client_public),
-                                        channel::z85_key(keys.value().client_secret), receiver->endpoint(), "files",
-                                        "50", "1500", recorded},
-                                       false);
+  const pid_t insider = spawn_attacker(
+      {"--curve", channel::z85_key(keys.value().server_public), channel::z85_key(keys.value().client_public),
+       channel::z85_key(keys.value().client_secret), receiver->endpoint(), "files", "50", "1500", recorded},
+      false);
   const int accepted = accepted_within(*receiver, std::chrono::milliseconds(3000));
   // The outsider's handshake failed (counted by the guard); on a loaded
   // machine it may take a moment to connect at all.
@@ -312,7 +316,8 @@ TEST_CASE("channel attack (issue 30 #6): 2000 bad messages print at most 11 log 
   auto& sender = *connected.value();
   std::FILE* log = std::tmpfile();
   REQUIRE(log != nullptr);
-  channel::RejectionLog rejections(log, "trainer: rejected a trajectory message: ", 10, std::chrono::seconds(60));
+  channel::RejectionLog rejections(log, "trainer: rejected a trajectory message: ", 10,
+                                   std::chrono::seconds(60));
   int sent = 0;
   int rejected = 0;
   for (int i = 0; i < 2000; ++i) {
@@ -332,7 +337,8 @@ TEST_CASE("channel attack (issue 30 #6): 2000 bad messages print at most 11 log 
   }
   std::rewind(log);
   int lines = 0;
-  for (int c = std::fgetc(log), i = 0; c != EOF && i < (1 << 24); c = std::fgetc(log), ++i) lines += c == '\n';
+  for (int c = std::fgetc(log), i = 0; c != EOF && i < (1 << 24); c = std::fgetc(log), ++i)
+    lines += c == '\n';
   std::fclose(log);
   CHECK(sent == 2000);
   CHECK(rejected == 2000);

@@ -72,7 +72,8 @@ long raw_more_frames(const std::string& endpoint, long count, std::size_t mib) {
   greeting.replace(12, 4, "NULL");
   const std::string ready_body = std::string("\x05READY\x0bSocket-Type\0\0\0\x04PUSH", 6 + 12 + 4 + 4);
   const std::string ready = std::string("\x04") + static_cast<char>(ready_body.size()) + ready_body;
-  if (!write_all(fd, greeting.data(), greeting.size()) || !write_all(fd, ready.data(), ready.size())) return 0;
+  if (!write_all(fd, greeting.data(), greeting.size()) || !write_all(fd, ready.data(), ready.size()))
+    return 0;
   const std::uint64_t size = static_cast<std::uint64_t>(mib) << 20;
   std::string header = "\x03";
   for (int shift = 56; shift >= 0; shift -= 8) header += static_cast<char>((size >> shift) & 0xff);
