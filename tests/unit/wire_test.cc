@@ -432,3 +432,16 @@ TEST_CASE("CUDA_IPC_REGIONS round-trips its handles and refuses short or inconsi
   tiny_stamps.stamp_bytes = 8;  // fewer than one stamp per slot
   CHECK_FALSE(CudaIpcRegionsMsg::decode(tiny_stamps.encode()).ok());
 }
+
+TEST_CASE("wire: VERSION and DELTA refuse a version beyond 2^63-1 (issue 30, finding 9)", "[wire]") {
+  CHECK(VersionMsg::decode(VersionMsg{0}.encode()).ok());
+  CHECK(VersionMsg::decode(VersionMsg{kMaxVersion}.encode()).ok());
+  CHECK(VersionMsg::decode(VersionMsg{kMaxVersion + 1}.encode()).status().code() == ErrorCode::kProtocolError);
+  CHECK_FALSE(VersionMsg::decode(VersionMsg{UINT64_MAX}.encode()).ok());
+  DeltaMsg chain;
+  chain.element_bytes = 2;
+  chain.links.push_back(DeltaLinkHeader{1, kMaxVersion, 7, 10});
+  CHECK(DeltaMsg::decode(chain.encode()).ok());
+  chain.links.back().to = kMaxVersion + 1;
+  CHECK_FALSE(DeltaMsg::decode(chain.encode()).ok());
+}

@@ -41,8 +41,14 @@
 //   Every method may be called from any thread. The destructor stops the
 //   thread (a pull in progress is cut short at its next chunk), closes the
 //   upstream connection and the Publisher, within about the I/O timeout.
+// - An upstream that sends what the relay cannot use (a VERSION beyond
+//   2^63-1, a version it then does not deliver, an unverified version) is
+//   treated as a failed upstream: dropped, and the next address tried.
 // - Errors that stop forwarding for good (running == false, `error` says
-//   why) are internal ones only; the relay still serves what it holds.
+//   why) are internal ones only. The relay then tells its leaves: every
+//   QUERY_VERSION or ACQUIRE, waiting ones included, is answered
+//   ERROR(kConnectionLost) with that reason, so a leaf goes to another source
+//   instead of taking the held version as current.
 #pragma once
 
 #include <chrono>

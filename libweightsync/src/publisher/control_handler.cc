@@ -2,6 +2,7 @@
 #include "publisher/control_handler.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "common/log.h"
 #include "wire/frame_io.h"
@@ -37,9 +38,18 @@ ControlOutcome protocol_error(const ControlContext& ctx, const std::string& why)
   return sent(reply_error_sealed(*ctx.socket, ctx.seal, ErrorCode::kProtocolError, why, io_deadline(ctx), kPeer));
 }
 
+// A relay whose forwarding stopped (SlotRing::retire): kConnectionLost, so
+// the subscriber looks elsewhere rather than take the held version as current.
+std::optional<Status> retired(const ControlContext& ctx) {
+  auto why = ctx.state->ring->retired();
+  if (!why) return std::nullopt;
+  return reply_refusal(ctx, Status(ErrorCode::kConnectionLost, *why));
+}
+
 ControlOutcome query_version(const ControlContext& ctx, const Frame& frame) {
   auto query = QueryVersionMsg::decode(frame.payload);
   if (!query.ok()) return protocol_error(ctx, query.status().message());
+  if (auto refused = retired(ctx)) return sent(*refused);
   const std::uint64_t latest = reported_version(*ctx.state, query->accept_streaming);
   if (query->wait_ms > 0 && latest <= query->newer_than) {
     ControlOutcome out;
@@ -71,6 +81,7 @@ ControlOutcome wait_watermark(const ControlContext& ctx, const Frame& frame) {
 ControlOutcome acquire(const ControlContext& ctx, const Frame& frame) {
   auto request = AcquireMsg::decode(frame.payload);
   if (!request.ok()) return protocol_error(ctx, request.status().message());
+  if (auto refused = retired(ctx)) return sent(*refused);
   auto grant = ctx.state->ring->acquire(ctx.session, request->newer_than, request->accept_streaming);
   if (!grant.ok()) return sent(reply_refusal(ctx, grant.status()));
   LeaseMsg lease{grant->lease_id, grant->version,      grant->slot,
@@ -92,6 +103,7 @@ ControlOutcome register_view(const ControlContext& ctx, const Frame& frame) {
 ControlOutcome acquire_view(const ControlContext& ctx, const Frame& frame) {
   auto request = AcquireViewMsg::decode(frame.payload);
   if (!request.ok()) return protocol_error(ctx, request.status().message());
+  if (auto refused = retired(ctx)) return sent(*refused);
   SlotRing& ring = *ctx.state->ring;
   auto grant = request->exact ? ring.acquire_version(ctx.session, request->version)
                               : ring.acquire(ctx.session, request->version);
@@ -237,6 +249,7 @@ Status answer_watermark(const ControlContext& ctx, std::uint64_t lease_id, std::
 
 Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than, bool streaming) {
   const SlotRing& ring = *ctx.state->ring;
+  if (auto refused = retired(ctx)) return *refused;
   const std::uint64_t latest = reported_version(*ctx.state, streaming);
   if (latest <= newer_than && ring.stopped()) {
     return reply_error_sealed(*ctx.socket, ctx.seal, ErrorCode::kConnectionLost,

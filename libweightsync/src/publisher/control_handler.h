@@ -9,6 +9,10 @@
 // lease's watermark reaches the asked bytes, its version commits or is
 // abandoned, or the I/O timeout passes; then answer_watermark().
 //
+// A retired ring (SlotRing::retire: a relay whose forwarding stopped) turns
+// QUERY_VERSION, ACQUIRE and ACQUIRE_VIEW, parked ones included, into
+// ERROR(kConnectionLost) with the reason; the connection stays.
+//
 // Threads: any thread; one request at a time per session.
 #pragma once
 

@@ -800,6 +800,10 @@ void PublisherAccess::advance_watermark(SlotWriter& writer, std::uint64_t bytes)
   writer.owner_->impl_->ring->advance_watermark(writer.slot_, bytes);
 }
 
+void PublisherAccess::retire(Publisher& publisher, const std::string& why) {
+  publisher.impl_->ring->retire(why);
+}
+
 bool PublisherAccess::serves_checksums(const Publisher& publisher) {
   return publisher.impl_->checksums;
 }

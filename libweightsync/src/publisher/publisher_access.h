@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "weightsync/publisher.h"
@@ -34,6 +35,10 @@ struct PublisherAccess {
   // abandoning the writer revokes the streaming leases.
   static Status begin_streaming(SlotWriter& writer, std::uint64_t version);
   static void advance_watermark(SlotWriter& writer, std::uint64_t bytes);
+  // A relay whose forwarding stopped for good: leaves asking for a version
+  // are refused with kConnectionLost and `why` from now on (SlotRing::retire).
+  // Any thread.
+  static void retire(Publisher& publisher, const std::string& why);
   // Whether the publisher serves checksums (resolved option).
   static bool serves_checksums(const Publisher& publisher);
   // Serves the trainer's signature block of `version` as the upstream served

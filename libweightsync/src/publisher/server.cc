@@ -603,7 +603,8 @@ void PublisherServer::resolve_parked() {
   const std::uint64_t latest = state_.ring->latest_version();
   std::uint64_t streamable = 0;
   bool streamable_known = false;
-  const bool stopped = state_.ring->stopped();
+  // Retired (a relay whose forwarding stopped): every parked query is told now.
+  const bool stopped = state_.ring->stopped() || state_.ring->retired().has_value();
   const Clock::time_point now = Clock::now();
   std::vector<Connection*> ready;
   for (auto& [id, conn] : connections_) {

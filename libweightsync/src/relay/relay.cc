@@ -50,15 +50,28 @@ class Relay::Impl {
   // Floor for the next upstream version: what we hold, or a version the ring skipped.
   std::uint64_t skipped_up_to = 0;
   bool lost_upstream = false;
+  // Set by forward_once when the upstream sent something the relay cannot
+  // use (a version it then did not deliver, an unverified version): the
+  // upstream is dropped and the next one tried, as for a dead one.
+  bool upstream_fault = false;
   int quick_retries = 0;  // pipelined: failed pulls retried at once since the last success
   Clock::time_point last_warn{};
 
   void run();
-  // One wait + forward. OK also when nothing new came; not OK: the upstream's error.
+  // One wait + forward. OK also when nothing new came; not OK: the upstream's
+  // error (with upstream_fault set when the relay itself found it at fault).
+  // Throws only for the relay's own failures (its ring refusing a slot or a
+  // commit for a reason not the upstream's), which end forwarding.
   Status forward_once(Subscriber& sub);
   // Serves the trainer's signature block of `version` as the upstream
   // served it (or none, if it has none), before `version` is committed.
   void forward_signature(Subscriber& sub, std::uint64_t version);
+  Status fault(Status s) {
+    upstream_fault = true;
+    return s;
+  }
+  // Forwarding ended for good: say so in stats() and to every leaf.
+  void stopped_forwarding(const std::string& why);
   void reconnect();
   void sleep_for(std::chrono::milliseconds d) {
     std::unique_lock<std::mutex> lock(mu);
@@ -143,11 +156,12 @@ void Relay::Impl::run() {
         reconnect();
         continue;
       }
+      upstream_fault = false;
       Status s = forward_once(*link->subscriber());
       if (stopping) break;
       if (!s.ok()) {
         Subscriber* sub = link->subscriber();
-        if (!sub->status().ok()) {
+        if (!sub->status().ok() || upstream_fault) {
           WS_WARN("relay: upstream {} failed ({}); failing over", link->address(), s.to_string());
           link->drop();
           lost_upstream = true;
@@ -170,11 +184,26 @@ void Relay::Impl::run() {
       }
     }
   } catch (const std::exception& e) {
+    stopped_forwarding(e.what());
+  } catch (...) {
+    stopped_forwarding("unknown exception");
+  }
+}
+
+void Relay::Impl::stopped_forwarding(const std::string& why) {
+  const std::string error = "relay: forwarding stopped: " + why + " (holding version " +
+                            std::to_string(publisher->latest_version()) +
+                            "; no newer version will come from this relay: use another source)";
+  {
     std::lock_guard<std::mutex> lock(mu);
     counters.running = false;
-    counters.error = std::string("relay: forwarding thread stopped: ") + e.what();
-    WS_ERROR("{}", counters.error);
+    counters.error = error;
   }
+  WS_ERROR("{}", error);
+  // Leaves waiting for a newer version, or asking for one later, are told
+  // (kConnectionLost) instead of being served the held version as current.
+  detail::PublisherAccess::retire(*publisher, error);
+  cv.notify_all();
 }
 
 void Relay::Impl::reconnect() {
@@ -265,7 +294,14 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     return pulled.status();
   }
   if (sub.publisher_checksums() && !pulled->checksum_verified) {
-    throw std::runtime_error("version " + std::to_string(pulled->version) + " arrived unverified");
+    return fault(Status(ErrorCode::kProtocolError,
+                        "upstream version " + std::to_string(pulled->version) + " arrived unverified"));
+  }
+  if (pulled->version < writer->version()) {
+    // Told of version *next, then leased an older one: the upstream lied
+    // (a pipelined relay renames the slot to the leased version instead).
+    return fault(Status(ErrorCode::kProtocolError, "upstream announced version " + std::to_string(writer->version()) +
+                                                       " but delivered version " + std::to_string(pulled->version)));
   }
   if (options.before_commit) options.before_commit(pulled->version, writer->data(), writer->size());
   forward_signature(sub, pulled->version);

@@ -419,6 +419,20 @@ bool SlotRing::stopped() const {
   return stopping_;
 }
 
+void SlotRing::retire(std::string why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_ = std::move(why);
+    changed_locked();
+  }
+  committed_cv_.notify_all();
+}
+
+std::optional<std::string> SlotRing::retired() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retired_;
+}
+
 std::uint64_t SlotRing::stamp_before(std::uint32_t slot) const noexcept {
   return stamp(slot).load(std::memory_order_acquire);
 }

@@ -48,6 +48,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -162,6 +163,13 @@ class SlotRing {
   std::uint64_t wait_newer(std::uint64_t newer_than, Deadline deadline);
   void stop();
   bool stopped() const;
+  // A relay whose forwarding stopped for good: from now on the publisher
+  // refuses QUERY_VERSION and ACQUIRE with kConnectionLost and `why`
+  // (publisher/control_handler.h), so leaves go elsewhere instead of taking
+  // the held version as current. Wakes waiters (the change epoch moves).
+  void retire(std::string why);
+  // The reason retire() was given; nullopt while serving normally.
+  std::optional<std::string> retired() const;
 
   // Seqlock read side: load with acquire before reading slot bytes;
   // stamp_after() fences and reloads after the bytes are read.
@@ -216,6 +224,7 @@ class SlotRing {
   mutable std::mutex mu_;
   std::condition_variable committed_cv_;
   bool stopping_ = false;
+  std::optional<std::string> retired_;  // guarded by mu_
   int newest_ = -1;
   std::uint64_t epoch_ = 0;  // bumped on every change streaming readers wait for
   void changed_locked() { ++epoch_; }

@@ -204,6 +204,7 @@ Result<VersionMsg> VersionMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   VersionMsg m;
   if (!r.u64(&m.latest) || !finish(r)) return malformed("VERSION");
+  if (m.latest > kMaxVersion) return malformed("VERSION (beyond the largest version 2^63-1)");
   return m;
 }
 
@@ -243,7 +244,7 @@ Result<LeaseMsg> LeaseMsg::decode(const std::vector<std::uint8_t>& p) {
       !read_flag(r, &m.has_checksum) || !r.u64(&m.checksum) || !finish(r)) {
     return malformed("LEASE");
   }
-  if (m.version == 0 || m.version > (UINT64_MAX >> 1) || (m.stamp >> 1) != m.version) {
+  if (m.version == 0 || m.version > kMaxVersion || (m.stamp >> 1) != m.version) {
     return malformed("LEASE (stamp)");
   }
   if (m.streaming() && (m.has_checksum || m.checksum != 0)) return malformed("LEASE (streaming checksum)");
@@ -591,7 +592,7 @@ Result<DeltaMsg> DeltaMsg::decode(const std::vector<std::uint8_t>& p) {
       return malformed("DELTA (link)");
     }
     // Each link under 1 TiB: a sum of kMaxDeltaLinks of them cannot overflow.
-    if (link.from == 0 || link.to <= link.from || link.bytes == 0 || link.bytes > (std::uint64_t{1} << 40) ||
+    if (link.from == 0 || link.to <= link.from || link.to > kMaxVersion || link.bytes == 0 || link.bytes > (std::uint64_t{1} << 40) ||
         (i > 0 && link.from != m.links[i - 1].to)) {
       return malformed("DELTA (chain)");
     }

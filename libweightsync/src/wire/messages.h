@@ -109,6 +109,12 @@ struct QueryVersionMsg {
   static Result<QueryVersionMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
+// The largest version number: a slot's stamp is version << 1 (| 1 while
+// written), so it must fit 63 bits (ring/slot_ring.h refuses more). VERSION,
+// LEASE and DELTA naming a larger one are malformed.
+inline constexpr std::uint64_t kMaxVersion = UINT64_MAX >> 1;
+
+// VERSION: 0 (nothing published yet) .. kMaxVersion.
 struct VersionMsg {
   std::uint64_t latest = 0;
   std::vector<std::uint8_t> encode() const;
