@@ -1,6 +1,7 @@
 // The publisher's delta thread and the kept chain of deltas.
 #include "delta/delta_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/checksum.h"
@@ -132,6 +133,8 @@ void DeltaStore::absorb(std::uint32_t slot, std::uint64_t stamp) {
   previous_version_ = version;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    absorbed_ = version;
+    if (listener_) listener_();
     if (from == 0) return;
     ++stats_.computed;
     stats_.last_seconds = seconds;
@@ -147,6 +150,41 @@ void DeltaStore::absorb(std::uint32_t slot, std::uint64_t stamp) {
   }
   cv_.notify_all();
   WS_DEBUG("publisher: delta {} -> {}: {} bytes in {:.1f} ms", from, version, encoded_.size(), seconds * 1e3);
+}
+
+DeltaReadiness DeltaStore::readiness(std::uint64_t have, std::uint64_t at_least) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || absorbed_ >= at_least) return DeltaReadiness::kNow;
+  // The next link starts at the newest version absorbed: a chain from `have`
+  // can still come only through a kept link, that version, or a version the
+  // thread has not reached yet.
+  if (have >= absorbed_) return DeltaReadiness::kLater;
+  for (const auto& link : links_) {
+    if (link.from == have) return DeltaReadiness::kLater;
+  }
+  return DeltaReadiness::kNever;
+}
+
+void DeltaStore::set_listener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = std::move(listener);
+}
+
+bool DeltaStore::try_begin_send() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sending_ >= send_cap_) return false;
+  ++sending_;
+  return true;
+}
+
+void DeltaStore::end_send() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sending_ > 0) --sending_;
+}
+
+void DeltaStore::set_send_cap(std::size_t cap) {
+  std::lock_guard<std::mutex> lock(mu_);
+  send_cap_ = std::max<std::size_t>(cap, 1);
 }
 
 Result<std::vector<DeltaLink>> DeltaStore::chain(std::uint64_t have, std::uint64_t at_least,

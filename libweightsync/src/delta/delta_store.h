@@ -10,7 +10,12 @@
 // - committed() is called by the publishing thread after every commit; it
 //   only records the newest commit and wakes the thread (never blocks on it).
 // - chain() may be called from any thread (the publisher's workers); it waits
-//   at most `wait` for a delta reaching `at_least`.
+//   at most `wait` for a delta reaching `at_least`. The publisher calls it
+//   with no wait: readiness() says, without waiting, whether a chain can be
+//   answered now, may come (the event loop parks the request, woken by the
+//   listener), or never will (refused at once, no worker held).
+// - At most send_cap() chains are being sent at once (try_begin_send /
+//   end_send), so peers that do not read hold at most that many workers.
 // - Memory: three slot-sized host buffers (previous, newest, scratch) plus
 //   the kept deltas, at most `history` of them and, together, at most
 //   history x the image (a delta larger than the image is not kept).
@@ -21,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -49,6 +55,12 @@ struct DeltaStoreStats {
   double last_seconds = 0.0;       // copy + encode time of the newest delta
 };
 
+enum class DeltaReadiness {
+  kNow,    // chain() answers now: a chain, or a final refusal
+  kLater,  // the delta thread has not reached `at_least` and a chain from `have` may still come
+  kNever,  // no chain from `have` can ever reach `at_least` here
+};
+
 class DeltaStore {
  public:
   // key: the integrity layer's version key (links then carry keyed tags).
@@ -68,6 +80,18 @@ class DeltaStore {
   // starts at `have`, it never reaches `at_least` in time, or it is too big.
   Result<std::vector<DeltaLink>> chain(std::uint64_t have, std::uint64_t at_least, std::uint64_t max_bytes,
                                        std::chrono::milliseconds wait);
+
+  // See the contract above. Never waits.
+  DeltaReadiness readiness(std::uint64_t have, std::uint64_t at_least) const;
+  // Called (under the store's lock: keep it short, never call back) after
+  // the delta thread finishes with a version. nullptr: none. The server sets
+  // it to wake its event loop, and clears it before it goes away.
+  void set_listener(std::function<void()> listener);
+  // Chains being sent: false when send_cap() are already under way.
+  bool try_begin_send();
+  void end_send();
+  void set_send_cap(std::size_t cap);
+  std::size_t history() const noexcept { return history_; }
 
   std::size_t element_bytes() const noexcept { return element_bytes_; }
   DeltaStoreStats stats() const;
@@ -100,6 +124,10 @@ class DeltaStore {
   std::uint32_t job_slot_ = 0;
   std::uint64_t job_stamp_ = 0;
   std::deque<DeltaLink> links_;  // oldest first; links_[i].to == links_[i + 1].from
+  std::uint64_t absorbed_ = 0;   // newest version the thread finished with (kept, not smaller or first)
+  std::function<void()> listener_;
+  std::size_t sending_ = 0;
+  std::size_t send_cap_ = 16;
   DeltaStoreStats stats_;
   std::thread thread_;
 };

@@ -153,19 +153,53 @@ ControlOutcome fetch_delta(const ControlContext& ctx, const Frame& frame) {
     return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "version " + std::to_string(request->at_least) +
                                                                     " is not committed")));
   }
-  const auto wait = std::chrono::milliseconds(std::min(request->wait_ms, kMaxDeltaWaitMs));
-  auto chain = ctx.state->deltas->chain(request->have, request->at_least, request->max_bytes, wait);
-  if (!chain.ok()) return sent(reply_refusal(ctx, chain.status()));
+  const ParkedDelta asked{request->have, request->at_least, request->max_bytes};
+  switch (ctx.state->deltas->readiness(asked.have, asked.at_least)) {
+    case DeltaReadiness::kNever:
+      return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "no delta chain from version " +
+                                                                      std::to_string(asked.have) + " can reach version " +
+                                                                      std::to_string(asked.at_least) + " here")));
+    case DeltaReadiness::kLater:
+      if (request->wait_ms > 0) {
+        // Waiting is the event loop's, never a worker's.
+        ControlOutcome out;
+        out.park = true;
+        out.delta = asked;
+        out.wait = std::chrono::milliseconds(std::min(request->wait_ms, kMaxDeltaWaitMs));
+        return out;
+      }
+      break;
+    case DeltaReadiness::kNow: break;
+  }
+  return sent(answer_delta(ctx, asked));
+}
+
+}  // namespace
+
+Status answer_delta(const ControlContext& ctx, const ParkedDelta& request) {
+  DeltaStore& deltas = *ctx.state->deltas;
+  auto chain = deltas.chain(request.have, request.at_least, request.max_bytes, std::chrono::milliseconds(0));
+  if (!chain.ok()) return reply_refusal(ctx, chain.status());
+  // A peer that does not read holds this worker up to the I/O timeout per stall.
+  if (!deltas.try_begin_send()) {
+    return reply_refusal(ctx, Status(ErrorCode::kBusy, "too many delta chains are being sent at once; pull in full"));
+  }
+  struct EndSend {
+    DeltaStore& store;
+    ~EndSend() { store.end_send(); }
+  } end_send{deltas};
   DeltaMsg header;
-  header.element_bytes = static_cast<std::uint8_t>(ctx.state->deltas->element_bytes());
+  header.element_bytes = static_cast<std::uint8_t>(deltas.element_bytes());
   std::vector<iovec> iov;
   for (const DeltaLink& link : *chain) {
     header.links.push_back(DeltaLinkHeader{link.from, link.to, link.checksum, link.compressed->size()});
     iov.push_back(iovec{const_cast<std::uint8_t*>(link.compressed->data()), link.compressed->size()});
   }
-  if (Status s = reply(ctx, MsgType::kDelta, header.encode()); !s.ok()) return sent(s);
-  return sent(send_iov(*ctx.socket, iov.data(), iov.size(), Deadline::never(), kPeer, ctx.io_timeout_ms));
+  if (Status s = reply(ctx, MsgType::kDelta, header.encode()); !s.ok()) return s;
+  return send_iov(*ctx.socket, iov.data(), iov.size(), Deadline::never(), kPeer, ctx.io_timeout_ms);
 }
+
+namespace {
 
 ControlOutcome transport_connect(const ControlContext& ctx, const Frame& frame) {
   auto request = TransportConnectMsg::decode(frame.payload);

@@ -7,7 +7,12 @@
 // connection until a version lands or the wait ends, then calls
 // answer_version_query(). WAIT_WATERMARK parks the same way until the
 // lease's watermark reaches the asked bytes, its version commits or is
-// abandoned, or the I/O timeout passes; then answer_watermark().
+// abandoned, or the I/O timeout passes; then answer_watermark(). FETCH_DELTA
+// is checked first: a chain that can never match is refused at once; one the
+// delta thread has not reached yet parks (at most kMaxDeltaWaitMs) until
+// DeltaStore::readiness() is no longer kLater; then answer_delta(). No
+// worker ever waits for a delta, and at most DeltaStore::send_cap chains
+// are sent at once (ERROR(kBusy) past it: the subscriber pulls in full).
 //
 // A retired ring (SlotRing::retire: a relay whose forwarding stopped) turns
 // QUERY_VERSION, ACQUIRE and ACQUIRE_VIEW, parked ones included, into
@@ -18,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "auth/integrity.h"
 #include "net/socket.h"
@@ -34,6 +40,13 @@ struct ControlContext {
   FrameSeal* seal = nullptr;  // integrity layer: every reply sealed (null: plain frames)
 };
 
+// A FETCH_DELTA parked in the event loop.
+struct ParkedDelta {
+  std::uint64_t have = 0;
+  std::uint64_t at_least = 0;
+  std::uint64_t max_bytes = 0;
+};
+
 struct ControlOutcome {
   // Not OK: close the connection (the peer was sent ERROR where it can use one).
   Status status;
@@ -46,6 +59,8 @@ struct ControlOutcome {
   bool watermark = false;
   std::uint64_t lease_id = 0;
   std::uint64_t bytes = 0;
+  // FETCH_DELTA parks instead (park is set too).
+  std::optional<ParkedDelta> delta;
 };
 
 // True when a parked WAIT_WATERMARK can be answered now (reached, committed,
@@ -56,6 +71,9 @@ bool watermark_ready(const ServedState& state, std::uint64_t session, std::uint6
 Status answer_watermark(const ControlContext& ctx, std::uint64_t lease_id, std::uint64_t bytes);
 
 ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& frame);
+// Replies DELTA and the chain's bytes, or ERROR (kNotReady, kBusy; the
+// connection stays).
+Status answer_delta(const ControlContext& ctx, const ParkedDelta& request);
 // Replies VERSION to a parked QUERY_VERSION (or, if the publisher stopped
 // with nothing newer, ERROR(kConnectionLost)).
 Status answer_version_query(const ControlContext& ctx, std::uint64_t newer_than, bool streaming = false);

@@ -74,6 +74,7 @@ struct PublisherServer::Connection {
   bool park_watermark = false;  // WAIT_WATERMARK (else QUERY_VERSION)
   std::uint64_t park_lease = 0;
   std::uint64_t park_bytes = 0;
+  std::optional<ParkedDelta> park_delta;  // a parked FETCH_DELTA
   Clock::time_point park_until{};
   Clock::time_point handshake_until{};
   Clock::time_point last_activity{};
@@ -96,6 +97,7 @@ struct PublisherServer::Completion {
   bool watermark = false;
   std::uint64_t lease_id = 0;
   std::uint64_t bytes = 0;
+  std::optional<ParkedDelta> delta;
   std::chrono::milliseconds wait{0};
 };
 
@@ -145,6 +147,12 @@ Status PublisherServer::setup() {
                    add(wake_fd_, kWakeTag)}) {
     if (!s.ok()) return s;
   }
+  if (state_.deltas != nullptr) {
+    // Parked FETCH_DELTAs are looked at when the delta thread moves on; a
+    // quarter of the workers at most send chains (peers that do not read).
+    state_.deltas->set_listener([this] { wake(); });
+    state_.deltas->set_send_cap(std::max<std::size_t>(1, config_.max_workers / 4));
+  }
   return Status();
 }
 
@@ -162,6 +170,7 @@ void PublisherServer::wake() {
 
 void PublisherServer::stop() {
   if (stopping_.exchange(true)) return;
+  if (state_.deltas != nullptr) state_.deltas->set_listener(nullptr);  // it outlives this server
   if (state_.ring != nullptr) state_.ring->stop();
   if (wake_fd_ >= 0) wake();
   if (loop_.joinable()) loop_.join();
@@ -363,8 +372,9 @@ void PublisherServer::on_readable(Connection* conn) {
   } else if (conn->parked) {
     counters_.protocol_errors.fetch_add(1);
     refuse(conn, ErrorCode::kProtocolError,
-           conn->park_watermark ? "a request arrived while WAIT_WATERMARK was still waiting"
-                                : "a request arrived while QUERY_VERSION was still waiting");
+           conn->park_delta       ? "a request arrived while FETCH_DELTA was still waiting"
+           : conn->park_watermark ? "a request arrived while WAIT_WATERMARK was still waiting"
+                                  : "a request arrived while QUERY_VERSION was still waiting");
   } else {
     dispatch(conn, std::move(frame));
   }
@@ -535,14 +545,17 @@ void PublisherServer::dispatch_parked_answer(Connection* conn) {
   const bool streaming = conn->park_streaming;
   const bool watermark = conn->park_watermark;
   const std::uint64_t lease = conn->park_lease, bytes = conn->park_bytes;
-  Status posted = workers_.post([this, conn, newer_than, streaming, watermark, lease, bytes] {
+  const std::optional<ParkedDelta> delta = conn->park_delta;
+  conn->park_delta.reset();
+  Status posted = workers_.post([this, conn, newer_than, streaming, watermark, lease, bytes, delta] {
     Completion done;
     done.id = conn->id;
     done.close = true;
     try {
       ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms, conn->seal.get()};
-      done.close = !(watermark ? answer_watermark(ctx, lease, bytes)
-                               : answer_version_query(ctx, newer_than, streaming))
+      done.close = !(delta       ? answer_delta(ctx, *delta)
+                     : watermark ? answer_watermark(ctx, lease, bytes)
+                                 : answer_version_query(ctx, newer_than, streaming))
                         .ok();
     } catch (const std::exception& e) {
       WS_ERROR("publisher: answering {} failed: {}", conn->peer, e.what());
@@ -577,6 +590,7 @@ void PublisherServer::finish_completions() {
       conn->park_watermark = c.watermark;
       conn->park_lease = c.lease_id;
       conn->park_bytes = c.bytes;
+      conn->park_delta = c.delta;
       conn->park_until = Clock::now() + c.wait;
       arm(conn);  // a peer that closes while waiting is noticed
     } else {
@@ -610,7 +624,9 @@ void PublisherServer::resolve_parked() {
   for (auto& [id, conn] : connections_) {
     if (!conn->parked) continue;
     bool answer = now >= conn->park_until || stopped;
-    if (!answer && conn->park_watermark) {
+    if (!answer && conn->park_delta) {
+      answer = state_.deltas->readiness(conn->park_delta->have, conn->park_delta->at_least) != DeltaReadiness::kLater;
+    } else if (!answer && conn->park_watermark) {
       answer = watermark_ready(state_, conn->session, conn->park_lease, conn->park_bytes);
     } else if (!answer && conn->park_streaming) {
       if (!streamable_known) {
@@ -768,6 +784,7 @@ void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
     done.watermark = outcome.watermark;
     done.lease_id = outcome.lease_id;
     done.bytes = outcome.bytes;
+    done.delta = outcome.delta;
     done.wait = outcome.wait;
   }
   if (!status.ok()) {

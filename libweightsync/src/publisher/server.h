@@ -5,7 +5,8 @@
 // The event-loop thread owns every connection. It accepts, reads frames
 // without blocking (wire/frame_assembler.h), runs the handshake itself (no
 // unauthenticated peer ever holds a thread), keeps the deadlines and parks
-// QUERY_VERSION requests that wait for a newer version. A complete request
+// requests that wait (QUERY_VERSION for a newer version, WAIT_WATERMARK,
+// FETCH_DELTA for the delta thread: control_handler.h). A complete request
 // from an authenticated connection is handed to a worker (publisher/
 // worker_pool.h), which replies with blocking, deadline-bounded writes and
 // hands the connection back. One more thread watches the ring for commits to
