@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -112,6 +113,9 @@ void FrameProxy::accept_loop() {
       ::close(server);
       continue;
     }
+    const int one = 1;
+    ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto link = std::make_unique<Link>();
     link->client = client;
     link->server = server;
@@ -134,9 +138,10 @@ void FrameProxy::client_to_server(Link* link) {
     auto h = weightsync::detail::decode_header(header, 1u << 30);
     // Set before the request reaches the server, so before its reply exists.
     if (h.ok() && h->type == trigger_) link->intercept = true;
-    if (!write_all(link->server, header, sizeof(header)) || !write_all(link->server, payload.data(), payload.size())) {
-      break;
-    }
+    // One write per frame (with TCP_NODELAY): no Nagle wait between header and payload.
+    std::vector<std::uint8_t> frame(header, header + sizeof(header));
+    frame.insert(frame.end(), payload.begin(), payload.end());
+    if (!write_all(link->server, frame.data(), frame.size())) break;
   }
   ::shutdown(link->server, SHUT_WR);
 }
