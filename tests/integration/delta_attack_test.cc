@@ -228,3 +228,83 @@ TEST_CASE("delta attack: 250 peers asking FETCH_DELTA for chains that cannot mat
   }
   CHECK(*std::max_element(attacked.begin(), attacked.end()) < 0.5 * kSlowdown);
 }
+
+TEST_CASE("delta attack: a 1024-link chain from a hostile upstream is refused before any link is applied",
+          "[delta][hostile][issue30]") {
+  const auto layout = attack_layout();
+  auto publisher = make_publisher(layout);
+  // The hostile upstream: the real publisher behind a proxy that replaces
+  // every DELTA with 1,024 links of nothing (1 -> 2 -> ... -> 1025) ending in
+  // the real chain's checksum: only CPU to burn, and a wrong result.
+  std::vector<std::uint8_t> scratch, empty_link;
+  {
+    std::vector<std::uint8_t> zeros(layout.total_bytes(), 0);
+    REQUIRE(encode_delta(zeros.data(), zeros.data(), zeros.size(), delta_element_bytes(layout), 1, scratch,
+                         empty_link)
+                .ok());
+  }
+  FrameProxy hostile(
+      publisher->port(), MsgType::kFetchDelta,
+      [&](MsgType type, const std::vector<std::uint8_t>& payload, const FrameProxy::ReadMore& more) {
+        if (type != MsgType::kDelta) return frame_bytes(type, payload);
+        auto real = DeltaMsg::decode(payload);
+        if (!real.ok()) return frame_bytes(type, payload);
+        (void)more(real->total_bytes());  // the real links, dropped
+        DeltaMsg forged;
+        forged.element_bytes = real->element_bytes;
+        const std::uint64_t have = real->links.front().from;
+        for (std::uint64_t i = 0; i < kMaxDeltaLinks; ++i) {
+          forged.links.push_back(DeltaLinkHeader{have + i, have + i + 1, real->links.back().checksum,
+                                                 empty_link.size()});
+        }
+        auto out = frame_bytes(MsgType::kDelta, forged.encode());
+        for (std::uint32_t i = 0; i < kMaxDeltaLinks; ++i) out.insert(out.end(), empty_link.begin(), empty_link.end());
+        return out;
+      });
+  auto victim = make_subscriber(hostile.address());
+  REQUIRE(victim->publisher_deltas());
+  auto image = random_image(layout, 1);
+  std::uint64_t version = 1;
+  REQUIRE(publisher->publish(version, image.data(), image.size()).ok());
+  std::vector<std::uint8_t> dest(layout.total_bytes());
+  const auto contiguous = Destination::contiguous(dest.data(), dest.size());
+  // Without the attack: full pulls of new versions through the same proxy.
+  std::vector<double> base, attacked;
+  for (int i = 0; i < 7; ++i) {
+    step(layout, image, 100 + i);
+    REQUIRE(publisher->publish(++version, image.data(), image.size()).ok());
+    PullOptions o;
+    o.wait = std::chrono::milliseconds(3000);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto pulled = victim->pull(contiguous, o);
+    base.push_back(seconds_since(t0));
+    REQUIRE(pulled.ok());
+    CHECK(same_tensors(layout, dest.data(), image));
+  }
+  // With it: every pull asks for deltas from the version it holds.
+  for (int i = 0; i < 7; ++i) {
+    step(layout, image, 200 + i);
+    REQUIRE(publisher->publish(++version, image.data(), image.size()).ok());
+    for (int w = 0; w < 300 && publisher->stats().deltas_computed < version - 1; ++w) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    PullOptions o;
+    o.wait = std::chrono::milliseconds(3000);
+    o.delta_base = version - 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto pulled = victim->pull(contiguous, o);
+    attacked.push_back(seconds_since(t0));
+    INFO(pulled.status().to_string());
+    REQUIRE(pulled.ok());
+    CHECK_FALSE(pulled->delta);  // the forged chain was not taken
+    CHECK(pulled->version == version);
+    CHECK(same_tensors(layout, dest.data(), image));  // no wrong byte
+  }
+  CHECK(hostile.rewrites() == 7);
+  CHECK(victim->stats().delta_fallbacks == 7);
+  CHECK(victim->stats().delta_pulls == 0);
+  std::printf("delta attack (finding 12): 1,024-link chain; pull median %.2f ms with (fallback), full pull %.2f ms "
+              "without (7 pulls each); slowest with %.2f ms\n",
+              median(attacked) * 1e3, median(base) * 1e3, *std::max_element(attacked.begin(), attacked.end()) * 1e3);
+  CHECK(median(attacked) <= 2 * median(base) + 0.005 * kSlowdown);
+}

@@ -199,3 +199,42 @@ TEST_CASE("delta wire: SLOT_TABLE carries a feature mask only when set", "[delta
   for (int i = 0; i < 4; ++i) zero.push_back(0);  // an explicit zero mask: two encodings of one value
   CHECK(SlotTableMsg::decode(zero).status().code() == ErrorCode::kProtocolError);
 }
+
+TEST_CASE("delta apply: before_link can stop a chain between links (issue 30, finding 12)", "[delta]") {
+  const std::size_t bytes = 8192;
+  const auto v1 = random_bytes(bytes, 21);
+  const auto v2 = nudged(v1, 2, 4, 22);
+  const auto v3 = nudged(v2, 2, 4, 23);
+  std::vector<std::uint8_t> scratch, d12, d23;
+  REQUIRE(encode_delta(v1.data(), v2.data(), bytes, 2, 1, scratch, d12).ok());
+  REQUIRE(encode_delta(v2.data(), v3.data(), bytes, 2, 1, scratch, d23).ok());
+  DeltaMsg chain;
+  chain.element_bytes = 2;
+  chain.links = {{1, 2, 0, d12.size()}, {2, 3, 0, d23.size()}};
+  std::vector<std::uint8_t> compressed = d12;
+  compressed.insert(compressed.end(), d23.begin(), d23.end());
+  auto dest = v1;
+  std::vector<ReadPiece> pieces = {{0, bytes, dest.data()}};
+  DeltaApplyBuffers buffers;
+  std::vector<std::size_t> asked;
+  auto stopped = apply_delta_chain(chain, compressed, bytes, pieces, buffers, nullptr, [&](std::size_t link) {
+    asked.push_back(link);
+    return link == 1 ? Status(ErrorCode::kCancelled, "stop") : Status();
+  });
+  CHECK(stopped.status().code() == ErrorCode::kCancelled);
+  CHECK(asked == std::vector<std::size_t>{0, 1});
+  CHECK(dest == v2);  // the first link only
+}
+
+TEST_CASE("delta wire: SLOT_TABLE's feature bits carry the delta history; old decoders ignore them",
+          "[delta][wire]") {
+  SlotTableMsg table;
+  table.slot_count = 3;
+  table.slot_bytes = 64;
+  table.features = kFeatureDeltas | (8u << kFeatureDeltaHistoryShift);
+  auto decoded = SlotTableMsg::decode(table.encode());
+  REQUIRE(decoded.ok());
+  CHECK((decoded->features & kFeatureDeltas) != 0);
+  CHECK(((decoded->features >> kFeatureDeltaHistoryShift) & kFeatureDeltaHistoryMask) == 8);
+  CHECK(kMaxDeltaLinks <= kFeatureDeltaHistoryMask);
+}

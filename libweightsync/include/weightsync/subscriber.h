@@ -136,7 +136,9 @@ struct PullOptions {
   std::optional<std::uint64_t> version;
   // Stops the pull early with kCancelled (weightsync/cancel.h): while it
   // waits for a version, looked at every kCancelPollInterval, and between
-  // attempts; never in the middle of a transfer. Not sticky.
+  // attempts, and between the links of a delta chain being applied (the
+  // destination then holds neither version: pull it again without
+  // delta_base); never in the middle of a transfer. Not sticky.
   Cancellation cancel;
   // Delta versions (docs/slow_links.md): the destination holds exactly this
   // version's bytes (as pulled; every tensor: a contiguous or scatter
@@ -145,8 +147,10 @@ struct PullOptions {
   // newest, smaller than the version, the pull receives that chain and
   // applies it in place; the result is checked against the version's
   // xxHash3, always. Anything else (no chain, too old, not smaller, a
-  // partial, device or exact pull, a result that fails the check) falls back
-  // to a full pull, counted in SubscriberStats::delta_fallbacks.
+  // partial, device or exact pull, a result that fails the check, a chain
+  // longer than the publisher's advertised delta_history or than 16 links,
+  // applying that outlasts the I/O timeout) falls back to a full pull,
+  // counted in SubscriberStats::delta_fallbacks.
   std::optional<std::uint64_t> delta_base;
 };
 

@@ -8,7 +8,8 @@ namespace weightsync::detail {
 
 Result<std::uint64_t> apply_delta_chain(const DeltaMsg& chain, const std::vector<std::uint8_t>& compressed,
                                         std::uint64_t image_bytes, const std::vector<ReadPiece>& pieces,
-                                        DeltaApplyBuffers& buffers, const std::shared_ptr<const VersionKey>& key) {
+                                        DeltaApplyBuffers& buffers, const std::shared_ptr<const VersionKey>& key,
+                                        const std::function<Status(std::size_t link)>& before_link) {
   if (compressed.size() != chain.total_bytes()) {
     return Status(ErrorCode::kInternal, "delta bytes do not match the chain's sizes");
   }
@@ -19,7 +20,11 @@ Result<std::uint64_t> apply_delta_chain(const DeltaMsg& chain, const std::vector
   }
   buffers.xor_image.resize(image_bytes);
   std::uint64_t at = 0;
-  for (const auto& link : chain.links) {
+  for (std::size_t i = 0; i < chain.links.size(); ++i) {
+    const auto& link = chain.links[i];
+    if (before_link) {
+      if (Status stop = before_link(i); !stop.ok()) return stop;
+    }
     Status s = decode_delta(compressed.data() + at, link.bytes, image_bytes, chain.element_bytes, buffers.scratch,
                             buffers.xor_image.data());
     if (!s.ok()) {

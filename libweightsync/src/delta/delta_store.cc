@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/tsan.h"
 #include "delta/delta_codec.h"
+#include "wire/messages.h"
 
 namespace weightsync::detail {
 
@@ -200,6 +201,11 @@ Result<std::vector<DeltaLink>> DeltaStore::chain(std::uint64_t have, std::uint64
   if (first == links_.size()) {
     return Status(ErrorCode::kNotReady, "no delta starts at version " + std::to_string(have) +
                                             " (too old, or never published here)");
+  }
+  if (links_.size() - first > kMaxDeltaChainApplied) {
+    return Status(ErrorCode::kNotReady, "the chain from version " + std::to_string(have) + " has " +
+                                            std::to_string(links_.size() - first) + " deltas; a subscriber applies at most " +
+                                            std::to_string(kMaxDeltaChainApplied));
   }
   std::vector<DeltaLink> out(links_.begin() + static_cast<std::ptrdiff_t>(first), links_.end());
   std::uint64_t bytes = 0;

@@ -230,7 +230,10 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
       table.slot_bytes = ring.slot_bytes();
       table.checksums = ctx.state->checksums;
       table.transports = ctx.state->offers;
-      if (ctx.state->deltas != nullptr) table.features |= kFeatureDeltas;
+      if (ctx.state->deltas != nullptr) {
+        const auto history = static_cast<std::uint32_t>(ctx.state->deltas->history());
+        table.features |= kFeatureDeltas | (std::min(history, kFeatureDeltaHistoryMask) << kFeatureDeltaHistoryShift);
+      }
       return sent(reply(ctx, MsgType::kSlotTable, table.encode()));
     }
     case MsgType::kQueryVersion: return query_version(ctx, frame);

@@ -85,6 +85,7 @@ class Subscriber::Impl {
   bool checksums = false;
   bool streaming_offered = false;  // the publisher's tcp offer has kTcpFeatureStreaming
   bool deltas_offered = false;     // SLOT_TABLE has kFeatureDeltas
+  std::uint32_t delta_history = 0;  // the publisher's, from SLOT_TABLE (0: not advertised)
   // The integrity layer: the key of the version tags every pull verifies.
   std::shared_ptr<const detail::VersionKey> version_key;
   // The trainer's public key (SubscriberOptions::trusted_key): every whole
@@ -734,6 +735,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     impl->layout_sha = detail::layout_digest(impl->layout);
   }
   impl->deltas_offered = (table->features & detail::kFeatureDeltas) != 0;
+  impl->delta_history = (table->features >> detail::kFeatureDeltaHistoryShift) & detail::kFeatureDeltaHistoryMask;
   for (const auto& offer : table->transports) {
     if (offer.name != "tcp") continue;
     auto tcp = detail::TcpOffer::decode(offer.blob);  // a malformed one: no features
@@ -957,9 +959,32 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
   }
   auto chain = note(control.fetch_delta(request, delta_bytes));
   if (!chain.ok()) return chain.status();
+  // Each link costs a slot-sized decode and XOR: a chain longer than the
+  // publisher keeps, or than kMaxDeltaChainApplied, is refused before any is
+  // applied (not sticky: the stream is in step; the pull goes on in full).
+  const std::size_t links = chain->links.size();
+  const std::uint32_t most = delta_history > 0 ? std::min(delta_history, detail::kMaxDeltaChainApplied)
+                                               : detail::kMaxDeltaChainApplied;
+  if (links > most) {
+    return Status(ErrorCode::kProtocolError,
+                  "the publisher sent a chain of " + std::to_string(links) + " deltas; at most " + std::to_string(most) +
+                      " are applied (its delta_history is " + std::to_string(delta_history) + ", the bound " +
+                      std::to_string(detail::kMaxDeltaChainApplied) + "): pulling in full");
+  }
   if (pull_options.on_start) pull_options.on_start(chain->links.back().to, false);
+  // Between links: the pull's cancellation, and the I/O timeout for the whole chain.
+  const auto apply_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms);
+  const Cancellation& cancel = pull_options.cancel;
+  const auto before_link = [&](std::size_t link) -> Status {
+    if (cancel.active() && cancel.requested()) return cancelled("applying deltas for a version newer than", newer_than);
+    if (std::chrono::steady_clock::now() > apply_until) {
+      return Status(ErrorCode::kTimeout, "applying " + std::to_string(links) + " deltas took longer than the I/O timeout (" +
+                                             std::to_string(link) + " applied): pulling in full");
+    }
+    return Status();
+  };
   auto sum = detail::apply_delta_chain(*chain, delta_bytes, layout.total_bytes(), plan.pieces, delta_buffers,
-                                       version_key);
+                                       version_key, before_link);
   if (!sum.ok()) return sum.status();
   const detail::DeltaLinkHeader& last = chain->links.back();
   if (*sum != last.checksum) {

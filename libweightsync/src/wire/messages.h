@@ -86,6 +86,11 @@ struct TransportOffer {
 // SLOT_TABLE, present only when not zero (so a publisher with none sends the
 // original message). Unknown bits are ignored.
 inline constexpr std::uint32_t kFeatureDeltas = 1u;  // FETCH_DELTA is served
+// With kFeatureDeltas, bits 16..26 carry the publisher's delta_history (1..1024;
+// 0 from a publisher before this field): no chain it sends is longer, and a
+// subscriber refuses one that is. Older subscribers ignore these bits.
+inline constexpr unsigned kFeatureDeltaHistoryShift = 16;
+inline constexpr std::uint32_t kFeatureDeltaHistoryMask = 0x7ffu;
 
 struct SlotTableMsg {
   std::uint32_t slot_count = 0;
@@ -247,6 +252,13 @@ struct AcquireViewMsg {
 // compressed deltas summing to less than `max_bytes` (what a full pull would
 // move). Refusal: ERROR(kNotReady), the connection stays; pull in full.
 inline constexpr std::uint32_t kMaxDeltaLinks = 1024;
+// Each link costs the subscriber a slot-sized decode and XOR, whatever its
+// compressed size: a chain is applied only up to this many links (16 passes
+// over the image, a small multiple of a full pull's one). The publisher
+// refuses (kNotReady) a longer chain rather than send it; the subscriber
+// refuses one longer than this or than the advertised history, before
+// applying any link, and pulls in full.
+inline constexpr std::uint32_t kMaxDeltaChainApplied = 16;
 inline constexpr std::uint32_t kMaxDeltaWaitMs = 2000;
 struct FetchDeltaMsg {
   std::uint64_t have = 0;      // > 0
