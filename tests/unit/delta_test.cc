@@ -226,7 +226,7 @@ TEST_CASE("delta apply: before_link can stop a chain between links (issue 30, fi
   CHECK(dest == v2);  // the first link only
 }
 
-TEST_CASE("delta wire: SLOT_TABLE's feature bits carry the delta history; old decoders ignore them",
+TEST_CASE("delta wire: SLOT_TABLE's feature bits carry the delta history, which old decoders ignore",
           "[delta][wire]") {
   SlotTableMsg table;
   table.slot_count = 3;
