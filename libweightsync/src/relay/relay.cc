@@ -24,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kWaitSlice{500};
 // Least time between two "every upstream unreachable" warnings.
 constexpr std::chrono::seconds kWarnEvery{5};
+// Announced versions in a row that could then not be leased (VERSION said
+// newer, the pull found nothing newer) before the upstream counts as lying.
+// One is an honest race (a streamed version abandoned upstream meanwhile).
+constexpr int kMaxPhantomVersions = 3;
 
 // Thrown from on_progress to cut a pull short when the relay stops.
 struct Stopping : std::runtime_error {
@@ -55,6 +59,7 @@ class Relay::Impl {
   // upstream is dropped and the next one tried, as for a dead one.
   bool upstream_fault = false;
   int quick_retries = 0;  // pipelined: failed pulls retried at once since the last success
+  int phantom_versions = 0;  // announced but not leasable, in a row (this upstream)
   Clock::time_point last_warn{};
 
   void run();
@@ -164,6 +169,7 @@ void Relay::Impl::run() {
         if (!sub->status().ok() || upstream_fault) {
           WS_WARN("relay: upstream {} failed ({}); failing over", link->address(), s.to_string());
           link->drop();
+          phantom_versions = 0;
           lost_upstream = true;
           set_upstream_state(s);
         } else if (options.pipelined && ++quick_retries <= std::max(options.subscriber.max_retries, 0) &&
@@ -289,10 +295,20 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
   };
   auto pulled = sub.pull(Destination::contiguous(writer->data(), writer->size()), pull);
   if (!pulled.ok()) {
-    // The writer abandons the slot. kNotReady: nothing newer after all.
-    if (pulled.status().code() == ErrorCode::kNotReady) return Status();
+    // The writer abandons the slot. kNotReady: nothing newer after all; an
+    // upstream that keeps announcing versions it cannot lease is lying (it
+    // would spin this thread and churn the relay's slots): fail over.
+    if (pulled.status().code() == ErrorCode::kNotReady) {
+      if (++phantom_versions < kMaxPhantomVersions) return Status();
+      phantom_versions = 0;
+      return fault(Status(ErrorCode::kProtocolError, "upstream announced version " + std::to_string(*next) + " " +
+                                                         std::to_string(kMaxPhantomVersions) +
+                                                         " times in a row but had nothing newer than " +
+                                                         std::to_string(floor) + " to lease"));
+    }
     return pulled.status();
   }
+  phantom_versions = 0;
   if (sub.publisher_checksums() && !pulled->checksum_verified) {
     return fault(Status(ErrorCode::kProtocolError,
                         "upstream version " + std::to_string(pulled->version) + " arrived unverified"));
