@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -95,6 +96,22 @@ std::unique_ptr<Subscriber> make_subscriber(const std::string& address) {
   INFO(s.status().to_string());
   REQUIRE(s.ok());
   return std::move(*s);
+}
+
+// This process's resident memory (publisher, subscribers and attackers all
+// live here), in bytes.
+std::uint64_t rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      std::uint64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(1 << 10, '\n');
+  }
+  return 0;
 }
 
 double median(std::vector<double> v) {
@@ -196,6 +213,7 @@ TEST_CASE("delta attack: 250 peers asking FETCH_DELTA for chains that cannot mat
       }
     }
   });
+  const std::uint64_t rss_before = rss_bytes();
   std::vector<double> attacked;
   try {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -208,6 +226,7 @@ TEST_CASE("delta attack: 250 peers asking FETCH_DELTA for chains that cannot mat
   stop = true;
   attack.join();
   REQUIRE(attacked.size() == 15);
+  const std::uint64_t rss_after = rss_bytes();
   const auto stats = publisher->stats();
   std::printf("delta attack (finding 7, %s): %d peers, %llu FETCH_DELTA asked, %llu refused, %llu chains, %llu closed; "
               "good full pull median %.2f ms without, %.2f ms with (15 pulls each); slowest with %.2f ms\n",
@@ -215,7 +234,10 @@ TEST_CASE("delta attack: 250 peers asking FETCH_DELTA for chains that cannot mat
               static_cast<unsigned long long>(refused.load()), static_cast<unsigned long long>(chains.load()),
               static_cast<unsigned long long>(closed.load()), median(base) * 1e3, median(attacked) * 1e3,
               *std::max_element(attacked.begin(), attacked.end()) * 1e3);
+  std::printf("  memory during the attack: %+.1f MiB\n",
+              (static_cast<double>(rss_after) - static_cast<double>(rss_before)) / (1 << 20));
   CHECK(stats.serving);
+  CHECK(rss_after < rss_before + (64u << 20));  // parked requests cost no buffers
   CHECK(chains.load() == 0);  // no chain reaches version 2
   CHECK(refused.load() >= kAttackers);
   if (!flood) {
@@ -282,6 +304,7 @@ TEST_CASE("delta attack: a 1024-link chain from a hostile upstream is refused be
     CHECK(same_tensors(layout, dest.data(), image));
   }
   // With it: every pull asks for deltas from the version it holds.
+  const std::uint64_t rss_before = rss_bytes();
   for (int i = 0; i < 7; ++i) {
     step(layout, image, 200 + i);
     REQUIRE(publisher->publish(++version, image.data(), image.size()).ok());
@@ -300,6 +323,8 @@ TEST_CASE("delta attack: a 1024-link chain from a hostile upstream is refused be
     CHECK(pulled->version == version);
     CHECK(same_tensors(layout, dest.data(), image));  // no wrong byte
   }
+  // The chain's bytes stay under a full pull (max_bytes), once.
+  CHECK(rss_bytes() < rss_before + (64u << 20));
   CHECK(hostile.rewrites() == 7);
   CHECK(victim->stats().delta_fallbacks == 7);
   CHECK(victim->stats().delta_pulls == 0);
