@@ -191,6 +191,7 @@ TEST_CASE("relay attack: a relay whose forwarding stopped tells its leaves inste
   CHECK(waited < 2.0);
   const RelayStats stats = (*relay)->stats();
   CHECK_FALSE(stats.running);
+  CHECK((*relay)->wait_for_version(1, std::chrono::milliseconds(3000)).status().code() == ErrorCode::kConnectionLost);
   CHECK(stats.error.find("injected") != std::string::npos);
   // A new leaf is told too, at once, rather than handed version 1 as current.
   auto late = Subscriber::connect((*relay)->address(), attack_leaf_options());

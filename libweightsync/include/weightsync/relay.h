@@ -113,7 +113,8 @@ class Relay {
   // Newest version it holds and serves; 0 before the first.
   std::uint64_t latest_version() const;
   // Waits until the relay holds a version newer than `newer_than`; returns
-  // it, or kTimeout.
+  // it, kTimeout, or at once kConnectionLost (stats().error) when forwarding
+  // has stopped for good and nothing newer is held.
   Result<std::uint64_t> wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout);
   RelayStats stats() const;
 

@@ -359,9 +359,12 @@ std::uint64_t Relay::latest_version() const {
 Result<std::uint64_t> Relay::wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(impl_->mu);
   const bool got = impl_->cv.wait_for(lock, timeout, [&] {
-    return impl_->publisher->latest_version() > newer_than || impl_->stopping;
+    return impl_->publisher->latest_version() > newer_than || impl_->stopping || !impl_->counters.running;
   });
   const std::uint64_t latest = impl_->publisher->latest_version();
+  if (latest <= newer_than && !impl_->counters.running) {
+    return Status(ErrorCode::kConnectionLost, impl_->counters.error);
+  }
   if (!got || latest <= newer_than) {
     return Status(ErrorCode::kTimeout, "relay holds no version newer than " + std::to_string(newer_than) +
                                            " after " + std::to_string(timeout.count()) +
