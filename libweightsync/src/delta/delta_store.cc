@@ -166,6 +166,32 @@ DeltaReadiness DeltaStore::readiness(std::uint64_t have, std::uint64_t at_least)
   return DeltaReadiness::kNever;
 }
 
+std::chrono::milliseconds DeltaStore::refusal_hold(std::uint64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = refusals_.find(session);
+  if (it == refusals_.end() || it->second.count < kFreeRefusals) return std::chrono::milliseconds(0);
+  const auto ends = it->second.start + std::chrono::seconds(1);
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= ends) {
+    refusals_.erase(it);
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::ceil<std::chrono::milliseconds>(ends - now);
+}
+
+void DeltaStore::note_refusal(std::uint64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  RefusalWindow& w = refusals_[session];
+  if (w.count == 0 || now - w.start >= std::chrono::seconds(1)) w = RefusalWindow{now, 0};
+  ++w.count;
+}
+
+void DeltaStore::release_session(std::uint64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refusals_.erase(session);
+}
+
 void DeltaStore::set_listener(std::function<void()> listener) {
   std::lock_guard<std::mutex> lock(mu_);
   listener_ = std::move(listener);

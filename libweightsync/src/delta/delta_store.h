@@ -16,6 +16,11 @@
 //   listener), or never will (refused at once, no worker held).
 // - At most send_cap() chains are being sent at once (try_begin_send /
 //   end_send), so peers that do not read hold at most that many workers.
+// - Refusals per session: a session refused kFreeRefusals times within a
+//   second has its next FETCH_DELTA held (parked, no worker) until that
+//   second ends (refusal_hold), so a closed loop of futile requests costs the
+//   publisher a few requests per second per session, not a busy core. One
+//   entry per session that was refused, dropped by release_session().
 // - Memory: three slot-sized host buffers (previous, newest, scratch) plus
 //   the kept deltas, at most `history` of them and, together, at most
 //   history x the image (a delta larger than the image is not kept).
@@ -30,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/checksum.h"
@@ -87,6 +93,11 @@ class DeltaStore {
   // the delta thread finishes with a version. nullptr: none. The server sets
   // it to wake its event loop, and clears it before it goes away.
   void set_listener(std::function<void()> listener);
+  static constexpr std::uint32_t kFreeRefusals = 2;
+  // How long `session`'s next FETCH_DELTA is held (0: serve it now).
+  std::chrono::milliseconds refusal_hold(std::uint64_t session);
+  void note_refusal(std::uint64_t session);
+  void release_session(std::uint64_t session);
   // Chains being sent: false when send_cap() are already under way.
   bool try_begin_send();
   void end_send();
@@ -127,6 +138,11 @@ class DeltaStore {
   std::uint64_t absorbed_ = 0;   // newest version the thread finished with (kept, not smaller or first)
   std::function<void()> listener_;
   std::size_t sending_ = 0;
+  struct RefusalWindow {
+    std::chrono::steady_clock::time_point start{};
+    std::uint32_t count = 0;
+  };
+  std::unordered_map<std::uint64_t, RefusalWindow> refusals_;
   std::size_t send_cap_ = 16;
   DeltaStoreStats stats_;
   std::thread thread_;

@@ -147,15 +147,27 @@ ControlOutcome fetch_delta(const ControlContext& ctx, const Frame& frame) {
   if (ctx.state->deltas == nullptr) {
     return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "this publisher computes no deltas")));
   }
+  DeltaStore& deltas = *ctx.state->deltas;
+  ParkedDelta asked{request->have, request->at_least, request->max_bytes};
+  if (const auto hold = deltas.refusal_hold(ctx.session); hold.count() > 0) {
+    // Refused often this second: this one waits in the loop, costing nothing.
+    ControlOutcome out;
+    out.park = true;
+    asked.hold = true;
+    out.delta = asked;
+    out.wait = hold;
+    return out;
+  }
   // Waiting is only for the delta thread to encode a committed version: a
   // version not yet committed is refused at once (no worker held for it).
   if (request->at_least > ctx.state->ring->latest_version()) {
+    deltas.note_refusal(ctx.session);
     return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "version " + std::to_string(request->at_least) +
                                                                     " is not committed")));
   }
-  const ParkedDelta asked{request->have, request->at_least, request->max_bytes};
-  switch (ctx.state->deltas->readiness(asked.have, asked.at_least)) {
+  switch (deltas.readiness(asked.have, asked.at_least)) {
     case DeltaReadiness::kNever:
+      deltas.note_refusal(ctx.session);
       return sent(reply_refusal(ctx, Status(ErrorCode::kNotReady, "no delta chain from version " +
                                                                       std::to_string(asked.have) + " can reach version " +
                                                                       std::to_string(asked.at_least) + " here")));
@@ -179,7 +191,10 @@ ControlOutcome fetch_delta(const ControlContext& ctx, const Frame& frame) {
 Status answer_delta(const ControlContext& ctx, const ParkedDelta& request) {
   DeltaStore& deltas = *ctx.state->deltas;
   auto chain = deltas.chain(request.have, request.at_least, request.max_bytes, std::chrono::milliseconds(0));
-  if (!chain.ok()) return reply_refusal(ctx, chain.status());
+  if (!chain.ok()) {
+    deltas.note_refusal(ctx.session);
+    return reply_refusal(ctx, chain.status());
+  }
   // A peer that does not read holds this worker up to the I/O timeout per stall.
   if (!deltas.try_begin_send()) {
     return reply_refusal(ctx, Status(ErrorCode::kBusy, "too many delta chains are being sent at once; pull in full"));

@@ -12,7 +12,9 @@
 // delta thread has not reached yet parks (at most kMaxDeltaWaitMs) until
 // DeltaStore::readiness() is no longer kLater; then answer_delta(). No
 // worker ever waits for a delta, and at most DeltaStore::send_cap chains
-// are sent at once (ERROR(kBusy) past it: the subscriber pulls in full).
+// are sent at once (ERROR(kBusy) past it: the subscriber pulls in full). A
+// session refused DeltaStore::kFreeRefusals times within a second has its
+// next FETCH_DELTA held in the loop until that second ends.
 //
 // A retired ring (SlotRing::retire: a relay whose forwarding stopped) turns
 // QUERY_VERSION, ACQUIRE and ACQUIRE_VIEW, parked ones included, into
@@ -45,6 +47,7 @@ struct ParkedDelta {
   std::uint64_t have = 0;
   std::uint64_t at_least = 0;
   std::uint64_t max_bytes = 0;
+  bool hold = false;  // held for the session's refusals: answered when the wait ends
 };
 
 struct ControlOutcome {

@@ -625,7 +625,8 @@ void PublisherServer::resolve_parked() {
     if (!conn->parked) continue;
     bool answer = now >= conn->park_until || stopped;
     if (!answer && conn->park_delta) {
-      answer = state_.deltas->readiness(conn->park_delta->have, conn->park_delta->at_least) != DeltaReadiness::kLater;
+      answer = !conn->park_delta->hold &&
+               state_.deltas->readiness(conn->park_delta->have, conn->park_delta->at_least) != DeltaReadiness::kLater;
     } else if (!answer && conn->park_watermark) {
       answer = watermark_ready(state_, conn->session, conn->park_lease, conn->park_bytes);
     } else if (!answer && conn->park_streaming) {
@@ -713,6 +714,7 @@ void PublisherServer::close_connection(Connection* conn) {
     sessions_.erase(conn->session);
     state_.ring->release_session(conn->session);
     if (state_.views != nullptr) state_.views->release_session(conn->session);
+    if (state_.deltas != nullptr) state_.deltas->release_session(conn->session);
     if (state_.session_closed) state_.session_closed(conn->session);
   }
   counters_.connections_active.fetch_sub(1);
