@@ -124,6 +124,9 @@ struct PublisherOptions {
   // core for a few ms per version; host slots only. nullopt:
   // WEIGHTSYNC_DELTAS, else false.
   std::optional<bool> deltas;
+  // 1..1024, advertised to subscribers; a chain is at most 16 links whatever
+  // this says (each link costs the subscriber a slot-sized decode and XOR),
+  // so a subscriber more than 16 versions behind pulls in full.
   std::size_t delta_history = 8;
   int delta_level = 1;
   // The integrity layer for untrusted links (docs/security.md, "Integrity"):
