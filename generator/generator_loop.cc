@@ -151,6 +151,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
                          {"staged", r.staged},
                          {"wire_dtype", loop::wire_dtype_name(pull_target_->wire_dtype())},
                          {"delta", r.delta},
+                         {"signed", r.signature_verified},
                          {"wire_bytes", r.wire_bytes},
                          {"xxh3", loop::weights_digest(model_)},
                          {"time", end}});

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config   # toolchain
   libfmt-dev                         # log formatting
-  libssl-dev                         # HMAC-SHA256 authentication, random nonces
+  libssl-dev openssl                 # HMAC-SHA256, AES-GCM, Ed25519 signatures; the openssl command makes key pairs
   libxxhash-dev                      # end-to-end checksums (xxHash3)
   libzstd-dev                        # delta versions for slow links (zstd)
   catch2                             # the test framework (v2)

@@ -9,7 +9,7 @@
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
 #          [--task KIND[:DIFFICULTY][,KIND[:DIFFICULTY]...]] [--carry-candidates N]
 #          [--trainer-cpus LIST --generator-cpus LIST]
-#          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [-- more trainer options]
+#          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [--sign] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
 # --task: what the generators sample (default compositional:easy, e.g.
@@ -36,6 +36,11 @@
 # generators relays (generator --relay, docs/relays.md): in a chain generator K
 # pulls from generator K-1's relay, in a tree of fan-out K from its parent's;
 # each falls back to the trainer if its relay is lost.
+# --sign: versions the trainer signs (docs/security.md): a per-run Ed25519
+# key pair in DIR (trainer-key.pem, mode 0600, given to the trainer alone as
+# WEIGHTSYNC_SIGNING_KEY; trainer-pub.pem to every generator as
+# WEIGHTSYNC_TRUSTED_KEY), so each generator, and each relay on the way,
+# accepts only versions the trainer signed. Host memory only (--device cpu).
 # Across real hosts run the same two executables yourself: see docs/rl_loop.md.
 # Unless WEIGHTSYNC_SECRET is set, every process of the run gets a random
 # per-run secret, also written to DIR/secret (mode 0600) so you can attach
@@ -46,7 +51,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate="" topology=flat seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
+device=cpu hosts="" host_rate="" topology=flat sign="" seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -69,6 +74,7 @@ while [ $# -gt 0 ]; do
     --hosts) hosts=1; shift ;;
     --host-rate) host_rate="$2"; shift 2 ;;
     --topology) topology="$2"; shift 2 ;;
+    --sign) sign=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "rl-run: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -109,6 +115,9 @@ task_kind='(simple|multi_step|recursive|compositional(:(easy|medium|hard))?)'
 [[ "$carry_candidates" =~ ^[1-9][0-9]?$ ]] ||
   { echo "rl-run: --carry-candidates must be a number from 1 to 64, not '$carry_candidates'" >&2; exit 2; }
 [ "$topology" = flat ] || [ -n "$hosts" ] || { echo "rl-run: --topology $topology needs --hosts" >&2; exit 2; }
+[ -z "$sign" ] || [ "$device" = cpu ] ||
+  { echo "rl-run: --sign checks whole versions in host memory: use it with --device cpu" >&2; exit 2; }
+[ -z "$sign" ] || command -v openssl >/dev/null || { echo "rl-run: --sign needs the openssl command (apt-get install openssl)" >&2; exit 2; }
 # on_host I CMD...: CMD in host I of the bed (--hosts), else here.
 on_host=()
 trainer_bind=()
@@ -144,6 +153,18 @@ if [ -n "$hosts" ] && [ -z "${WEIGHTSYNC_SECRET:-}" ]; then
   echo "rl-run: --hosts needs a secret (the trainer serves a non-loopback address); unset WEIGHTSYNC_SECRET for a per-run one" >&2
   exit 2
 fi
+# --sign: the private key reaches the trainer's environment only.
+trainer_env=(env) generator_env=(env)
+if [ -n "$sign" ]; then
+  rm -f "$out/trainer-key.pem" "$out/trainer-pub.pem"
+  (umask 077 && openssl genpkey -algorithm ed25519 -out "$out/trainer-key.pem" 2>/dev/null) ||
+    { echo "rl-run: openssl could not make an Ed25519 key" >&2; exit 1; }
+  openssl pkey -in "$out/trainer-key.pem" -pubout -out "$out/trainer-pub.pem" 2>/dev/null
+  trainer_env=(env "WEIGHTSYNC_SIGNING_KEY=$out/trainer-key.pem")
+  generator_env=(env "WEIGHTSYNC_TRUSTED_KEY=$out/trainer-pub.pem")
+  echo "rl-run: the trainer signs every version with a per-run key ($out/trainer-key.pem, mode 0600);" \
+    "generators and relays check it against $out/trainer-pub.pem"
+fi
 
 # async: each generator sends its share of a step's groups and may run two
 # steps ahead of the trainer (generator --groups-per-version, --max-ahead).
@@ -163,7 +184,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-(run_on 0 "${trainer_pin[@]}" "$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
+(run_on 0 "${trainer_pin[@]}" "${trainer_env[@]}" "$build/bin/trainer" --start "$start" --out "$out" --mode "$mode" --steps "$steps" \
   --generators "$generators" --prompts-per-round "$prompts" --temperature "$temperature" \
   --batch-groups "$batch_groups" --device "$device" --threads "$trainer_threads" --address-file "$out/address.json" \
   "${trainer_bind[@]}" $resume "${extra[@]}") \
@@ -198,7 +219,7 @@ for id in $(seq 0 $((generators - 1))); do
       relay=(--relay "$("$WS_TESTBED_SCRIPT" addr "$WS_TESTBED" "$node"):$relay_port")
     fi
   fi
-  (run_on "$node" "${generator_pin[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
+  (run_on "$node" "${generator_pin[@]}" "${generator_env[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
     --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &

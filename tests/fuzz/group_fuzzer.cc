@@ -2,7 +2,6 @@
 // decode_group): the bytes an authenticated generator sends the trainer. It
 // must never crash, never recurse without bound, and accept only groups
 // within its documented limits. Build and run: scripts/fuzz.sh.
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -17,15 +16,16 @@ void require(bool condition) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  auto group = channel::decode_group(std::string_view(reinterpret_cast<const char*>(data), size));
-  if (!group.ok()) return 0;
-  require(group->trajectories.size() <= channel::kMaxTrajectories);
-  for (const auto& t : group->trajectories) {
+  auto decoded = channel::decode_group(std::string_view(reinterpret_cast<const char*>(data), size));
+  if (!decoded.ok()) return 0;
+  const algorithms::TrajectoryGroup& group = decoded.value();
+  require(group.trajectories.size() <= channel::kMaxTrajectories);
+  for (const auto& t : group.trajectories) {
     require(t.tokens.size() >= 2 && t.tokens.size() <= channel::kMaxTokens);
     require(t.generated.size() == t.tokens.size() && t.log_probs.size() == t.tokens.size());
   }
   // What was accepted encodes and decodes to the same group size again.
-  auto again = channel::decode_group(channel::encode_group(*group));
-  require(again.ok() && again->trajectories.size() == group->trajectories.size());
+  auto again = channel::decode_group(channel::encode_group(group));
+  require(again.ok() && again.value().trajectories.size() == group.trajectories.size());
   return 0;
 }

@@ -9,7 +9,9 @@
 # each process on its own memory); weights crossed hosts over tcp (never shm
 # between hosts) and went through the relays (a relaying generator reads its
 # own relay over shm on its host; the others pull over tcp from the relay
-# above them).
+# above them); and, with --sign, every pull carried the trainer's signature,
+# forwarded unchanged by the relays and checked by every generator against
+# the trainer's public key (docs/security.md, "Versions the trainer signs").
 # Exits 77 (skipped) where network namespaces cannot be created.
 # Usage: rl_loop_hosts.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
@@ -26,7 +28,7 @@ field() { sed -n "s/.*\"$1\":\"\{0,1\}\([0-9a-z.]*\).*/\1/p"; }
 
 run="$work/chain"
 "$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode async --steps 3 --prompts 2 \
-  --group-size 3 --batch-groups 6 --generators 3 --hosts --topology chain \
+  --group-size 3 --batch-groups 6 --generators 3 --hosts --topology chain --sign \
   -- --keep-zero-variance --idle-timeout 60 --round-timeout 30 >"$work/chain.log" 2>&1 ||
   fail "rl-run.sh --hosts failed: $(tail -n 5 "$work/chain.log")"
 [ "$(grep -c '"event":"step"' "$run/trainer.jsonl")" -eq 3 ] || fail "trainer.jsonl should log 3 steps"
@@ -43,6 +45,8 @@ for g in 0 1 2; do
     pulls=$((pulls + 1))
   done < <(grep '"event":"pull"' "$run/generator-$g.jsonl")
   [ "$pulls" -ge 1 ] || fail "generator $g made no pull"
+  signed="$(grep '"event":"pull"' "$run/generator-$g.jsonl" | grep -c '"signed":true' || true)"
+  [ "$signed" -eq "$pulls" ] || fail "generator $g checked the trainer's signature on $signed of its $pulls pulls"
   grep -q '"event":"round"' "$run/generator-$g.jsonl" || fail "generator $g logged no round"
   grep -q "generator $g: stopped after" "$run/generator-$g.log" || fail "generator $g did not stop cleanly"
 done
