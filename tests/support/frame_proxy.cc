@@ -44,7 +44,7 @@ bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
 // Reads exactly n bytes, first from `pending` (bytes already read), then fd.
 bool read_exact(int fd, std::vector<std::uint8_t>& pending, std::uint8_t* out, std::size_t n) {
   const std::size_t from_pending = std::min(n, pending.size());
-  std::memcpy(out, pending.data(), from_pending);
+  if (from_pending > 0) std::memcpy(out, pending.data(), from_pending);  // never memcpy from an empty vector's null
   pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(from_pending));
   std::size_t got = from_pending;
   while (got < n) {
