@@ -256,6 +256,11 @@ TEST_CASE("signatures: a stripped, replayed, forged or foreign signature is refu
     REQUIRE_FALSE(pulled.ok());
     CHECK(pulled.status().code() == ErrorCode::kAuthFailed);
     CHECK_THAT(pulled.status().message(), Catch::Contains("without the trainer's signature"));
+    // Told by SLOT_TABLE (no kFeatureSignatures), the leaf never asked: a
+    // publisher from before signatures would have closed the connection.
+    CHECK(leaf->status().ok());
+    CHECK(bare->stats().protocol_errors == 0);
+    CHECK_FALSE(leaf->signature_block(1).ok());
   }
   SECTION("foreign: a trainer that signs with another key") {
     auto other = make_keys("other");
@@ -273,6 +278,7 @@ TEST_CASE("signatures: a stripped, replayed, forged or foreign signature is refu
     auto trainer = make_publisher(layout, trainer_options(keys.get()));
     auto upstream = connect(trainer->address(), leaf_options(nullptr));
     auto evil = make_publisher(layout, trainer_options(nullptr));
+    detail::PublisherAccess::enable_signature_forwarding(*evil);  // as every relay's publisher
     for (std::uint64_t v = 1; v <= 2; ++v) publish_pattern(*trainer, v);
     auto block1 = upstream->signature_block(1);
     REQUIRE(block1.ok());

@@ -249,6 +249,7 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
         const auto history = static_cast<std::uint32_t>(ctx.state->deltas->history());
         table.features |= kFeatureDeltas | (std::min(history, kFeatureDeltaHistoryMask) << kFeatureDeltaHistoryShift);
       }
+      if (ctx.state->signatures != nullptr && ctx.state->signatures->offered()) table.features |= kFeatureSignatures;
       return sent(reply(ctx, MsgType::kSlotTable, table.encode()));
     }
     case MsgType::kQueryVersion: return query_version(ctx, frame);

@@ -257,7 +257,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
                       ") need host slots: the publisher hashes slot bytes on the CPU; "
                       "turn checksums off or use slot_memory = kHost");
   }
-  std::shared_ptr<const detail::SigningKey> key;
+  std::shared_ptr<const detail::SigningKey> signer_key;
   if (!signing_key->value.empty()) {
     if (cuda_slots) {
       return Status(ErrorCode::kInvalidConfig, "signatures need host slots: the publisher digests slot bytes "
@@ -268,7 +268,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
       return Status(loaded.status().code(), loaded.status().message() + " (from " +
                                                 std::string(detail::to_string(signing_key->source)) + ")");
     }
-    key = std::make_shared<const detail::SigningKey>(std::move(*loaded));
+    signer_key = std::make_shared<const detail::SigningKey>(std::move(*loaded));
   }
   auto impl = std::make_unique<Impl>(std::move(layout));
   impl->checksums = checksum->value;
@@ -403,7 +403,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes(), impl->version_key);
   if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
   state.views = impl->views.get();
-  impl->signer = std::make_unique<detail::VersionSigner>(impl->layout, key, options.slots + 2);
+  impl->signer = std::make_unique<detail::VersionSigner>(impl->layout, signer_key, options.slots + 2);
   impl->signer->start(impl->ring.get());
   state.signatures = impl->signer.get();
   if (deltas->value) {
@@ -449,7 +449,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
       impl->checksums ? "on" : "off", detail::to_string(checksum->source), impl->deltas ? "on" : "off",
       detail::to_string(deltas->source), impl->version_key ? "on" : "off", detail::to_string(integrity->source),
       encryption->value ? "on" : "off", detail::to_string(encryption->source),
-      key ? "key " + detail::short_hex(key->key_id()) : std::string("off"), detail::to_string(signing_key->source),
+      signer_key ? "key " + detail::short_hex(signer_key->key_id()) : std::string("off"),
+      detail::to_string(signing_key->source),
       timeout->value,
       detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
       detail::to_string(secret->source));
@@ -806,6 +807,10 @@ void PublisherAccess::retire(Publisher& publisher, const std::string& why) {
 
 bool PublisherAccess::serves_checksums(const Publisher& publisher) {
   return publisher.impl_->checksums;
+}
+
+void PublisherAccess::enable_signature_forwarding(Publisher& publisher) {
+  publisher.impl_->signer->enable_forwarding();
 }
 
 void PublisherAccess::forward_signature(Publisher& publisher, std::uint64_t version,

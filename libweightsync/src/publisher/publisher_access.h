@@ -46,6 +46,9 @@ struct PublisherAccess {
   // `version`, so a leaf never finds the version without its block.
   static void forward_signature(Publisher& publisher, std::uint64_t version,
                                 std::optional<std::vector<std::uint8_t>> block);
+  // Marks a relay's publisher as one that forwards signatures, so it offers
+  // FETCH_SIGNATURE in SLOT_TABLE. Call right after Publisher::create.
+  static void enable_signature_forwarding(Publisher& publisher);
 };
 
 }  // namespace weightsync::detail

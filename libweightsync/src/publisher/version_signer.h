@@ -25,6 +25,7 @@
 // leaves the version unsigned and is logged.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -62,6 +63,11 @@ class VersionSigner {
   // Whether this publisher serves signatures at all: it signs, or it has
   // forwarded at least one block. If not, lookup() says so (kInvalidConfig).
   bool serving() const;
+  // A relay's publisher: it may forward blocks (set before serving starts).
+  void enable_forwarding() { forwarding_.store(true); }
+  // Whether SLOT_TABLE offers FETCH_SIGNATURE (kFeatureSignatures): it signs
+  // or may forward. Immutable once the server runs.
+  bool offered() const noexcept { return key_ != nullptr || forwarding_.load(); }
   Result<Block> lookup(std::uint64_t version) const;
 
   struct Counters {
@@ -88,6 +94,7 @@ class VersionSigner {
   std::map<std::uint64_t, Block> blocks_;
   std::uint64_t newest_done_ = 0;  // newest version signed, attached or given up
   bool forwarded_ = false;         // attach() was called at least once
+  std::atomic<bool> forwarding_{false};  // a relay's: set right after the publisher is made
   bool stopping_ = false;
   bool job_ = false;
   std::uint32_t job_slot_ = 0;

@@ -134,6 +134,7 @@ Result<std::unique_ptr<Relay>> Relay::create(RelayOptions options) try {
   if (!pub_options.checksum) pub_options.checksum = upstream_checksums;
   auto publisher = Publisher::create(upstream.layout(), pub_options);
   if (!publisher.ok()) return publisher.status();
+  detail::PublisherAccess::enable_signature_forwarding(**publisher);
   if (*pub_options.checksum && !upstream_checksums) {
     WS_WARN(
         "relay: upstream {} serves no checksums; this relay hashes what it received itself "

@@ -85,6 +85,7 @@ class Subscriber::Impl {
   bool checksums = false;
   bool streaming_offered = false;  // the publisher's tcp offer has kTcpFeatureStreaming
   bool deltas_offered = false;     // SLOT_TABLE has kFeatureDeltas
+  bool signatures_offered = false;  // SLOT_TABLE has kFeatureSignatures
   std::uint32_t delta_history = 0;  // the publisher's, from SLOT_TABLE (0: not advertised)
   // The integrity layer: the key of the version tags every pull verifies.
   std::shared_ptr<const detail::VersionKey> version_key;
@@ -341,6 +342,11 @@ class Subscriber::Impl {
   // FETCH_SIGNATURE, asked again (after 1 ms, doubling to 20 ms) while the
   // publisher says the version is not signed yet, up to the I/O timeout.
   Result<std::vector<std::uint8_t>> fetch_signature(std::uint64_t version) {
+    if (!signatures_offered) {  // never sent: a publisher before signatures would close the connection
+      return Status(ErrorCode::kInvalidConfig,
+                    "this publisher serves no signatures (its trainer runs without WEIGHTSYNC_SIGNING_KEY, or it "
+                    "predates signatures)");
+    }
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms);
     auto pause = std::chrono::milliseconds(1);
     for (;;) {
@@ -735,6 +741,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     impl->layout_sha = detail::layout_digest(impl->layout);
   }
   impl->deltas_offered = (table->features & detail::kFeatureDeltas) != 0;
+  impl->signatures_offered = (table->features & detail::kFeatureSignatures) != 0;
   impl->delta_history = (table->features >> detail::kFeatureDeltaHistoryShift) & detail::kFeatureDeltaHistoryMask;
   for (const auto& offer : table->transports) {
     if (offer.name != "tcp") continue;

@@ -86,6 +86,10 @@ struct TransportOffer {
 // SLOT_TABLE, present only when not zero (so a publisher with none sends the
 // original message). Unknown bits are ignored.
 inline constexpr std::uint32_t kFeatureDeltas = 1u;  // FETCH_DELTA is served
+// FETCH_SIGNATURE is served: the publisher signs (a signing key) or forwards
+// its upstream's blocks (a relay). Without it a subscriber never sends
+// FETCH_SIGNATURE (publishers before signatures close the connection on it).
+inline constexpr std::uint32_t kFeatureSignatures = 2u;
 // With kFeatureDeltas, bits 16..26 carry the publisher's delta_history (1..1024;
 // 0 from a publisher before this field): no chain it sends is longer, and a
 // subscriber refuses one that is. Older subscribers ignore these bits.
