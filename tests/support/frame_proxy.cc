@@ -1,6 +1,8 @@
 // FrameProxy over plain sockets: one thread per direction per connection.
 #include "frame_proxy.h"
 
+#include "tcp_proxy.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -65,16 +67,7 @@ std::uint32_t payload_length(const std::uint8_t* header) {
 
 FrameProxy::FrameProxy(std::uint16_t target_port, MsgType trigger, Rewrite rewrite)
     : target_port_(target_port), trigger_(trigger), rewrite_(std::move(rewrite)) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 64) != 0) {
-    throw std::runtime_error("frame proxy: cannot listen");
-  }
-  socklen_t len = sizeof(addr);
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  listen_fd_ = listen_loopback(64, &port_, "frame proxy");
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 

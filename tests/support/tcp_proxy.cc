@@ -11,19 +11,24 @@
 
 namespace wstest {
 
-FaultyProxy::FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset, std::uint8_t mask)
-    : target_port_(target_port), corrupt_connection_(connection), corrupt_offset_(offset), mask_(mask) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+int listen_loopback(int backlog, std::uint16_t* port, const char* who) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listen_fd_, 16) != 0) {
-    throw std::runtime_error("proxy: cannot listen");
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, backlog) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error(std::string(who) + ": cannot listen on 127.0.0.1");
   }
   socklen_t len = sizeof(addr);
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+FaultyProxy::FaultyProxy(std::uint16_t target_port, int connection, std::uint64_t offset, std::uint8_t mask)
+    : target_port_(target_port), corrupt_connection_(connection), corrupt_offset_(offset), mask_(mask) {
+  listen_fd_ = listen_loopback(16, &port_, "proxy");
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 

@@ -13,6 +13,10 @@
 
 namespace wstest {
 
+// A TCP socket listening on 127.0.0.1 at a free port (written to *port);
+// throws std::runtime_error naming `who` if it cannot. The caller closes it.
+int listen_loopback(int backlog, std::uint16_t* port, const char* who);
+
 class FaultyProxy {
  public:
   // Corrupts byte `offset` of the server->client stream of connection number
