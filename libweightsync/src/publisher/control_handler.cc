@@ -219,10 +219,7 @@ namespace {
 ControlOutcome transport_connect(const ControlContext& ctx, const Frame& frame) {
   auto request = TransportConnectMsg::decode(frame.payload);
   if (!request.ok()) return protocol_error(ctx, request.status().message());
-  auto accepted = ctx.state->transport_connect
-                      ? ctx.state->transport_connect(request->transport, ctx.session, request->blob)
-                      : Result<std::vector<std::uint8_t>>(
-                            Status(ErrorCode::kInvalidConfig, "no transport needs a connection here"));
+  auto accepted = ctx.state->transports->connect(request->transport, ctx.session, request->blob);
   // A transport that cannot connect is an answer (the subscriber falls back).
   if (!accepted.ok()) return sent(reply_refusal(ctx, accepted.status()));
   return sent(
@@ -244,7 +241,7 @@ ControlOutcome handle_control_request(const ControlContext& ctx, const Frame& fr
       table.slot_count = static_cast<std::uint32_t>(ring.slot_count());
       table.slot_bytes = ring.slot_bytes();
       table.checksums = ctx.state->checksums;
-      table.transports = ctx.state->offers;
+      table.transports = ctx.state->transports->offers();
       if (ctx.state->deltas != nullptr) {
         const auto history = static_cast<std::uint32_t>(ctx.state->deltas->history());
         table.features |= kFeatureDeltas | (std::min(history, kFeatureDeltaHistoryMask) << kFeatureDeltaHistoryShift);

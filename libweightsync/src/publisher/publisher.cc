@@ -20,11 +20,10 @@
 #include "net/unix_socket.h"
 #include "publisher/device_publish.h"
 #include "publisher/publisher_access.h"
+#include "publisher/served_transports.h"
 #include "publisher/server.h"
 #include "publisher/version_signer.h"
 #include "ring/slot_ring.h"
-#include "transport/ucx/ucx_transport.h"
-#include "transport/verbs/verbs_transport.h"
 #include "wire/frame.h"
 
 namespace weightsync {
@@ -42,8 +41,7 @@ class Publisher::Impl {
   // The integrity layer: the key of the version tags (checksums are then tags).
   std::shared_ptr<const detail::VersionKey> version_key;
   std::unique_ptr<detail::SlotRing> ring;
-  std::unique_ptr<detail::UcxPublisherTransport> ucx;      // after ring: unmapped before the slots are
-  std::unique_ptr<detail::VerbsPublisherTransport> verbs;  // likewise
+  std::unique_ptr<detail::ServedTransports> transports;  // after ring: unregistered before the slots go
   std::unique_ptr<detail::ViewRegistry> views;  // before server: outlives it
   std::unique_ptr<detail::DeltaStore> deltas;   // likewise; after ring: stops before the slots go
   std::unique_ptr<detail::VersionSigner> signer;  // likewise: signs (a key) or forwards (a relay) blocks
@@ -278,46 +276,34 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
     impl->version_key = std::move(*key);
   }
   impl->io_timeout_ms = timeout->value;
-  // UCX first: WEIGHTSYNC_SLOT_ALLOCATOR=ucx has UCX allocate the slots.
-  std::unique_ptr<detail::UcxPublisherTransport> ucx;
-  if (cuda_slots) {
-    WS_INFO(
-        "publisher: UCX and verbs transports not offered: the slots are CUDA memory (cuda_ipc serves them)");
-  } else if (encryption->value) {
-    WS_INFO("publisher: UCX and verbs transports not offered: encryption is on and one-sided reads cannot be "
-            "encrypted (tcp and same-host shm serve)");
-  } else if (auto created = detail::create_ucx_publisher(detail::is_loopback_host(bind->value));
-             created.ok()) {
-    ucx = std::move(*created);
-  } else {
-    WS_INFO("publisher: UCX transport not offered: {}", created.status().message());
-  }
-  std::string allocator_choice = allocator->value;
-  // Never UCX by default: its shared-memory transports map UCX-allocated
-  // slots read-write into every ucx subscriber.
-  if (allocator_choice == "auto") allocator_choice = "memfd";
-  if (cuda_slots) allocator_choice = "cuda";
-  if (allocator_choice == "ucx" && !ucx) {
-    return Status(ErrorCode::kInvalidConfig,
-                  std::string("slot allocator 'ucx' (from ") + detail::to_string(allocator->source) +
-                      ") needs the UCX transport, which is not available here (see above, or run "
-                      "weightsync-info)");
-  }
-  if (allocator_choice == "ucx") {
-    WS_WARN(
-        "publisher: slot allocator 'ucx' (from {}): every ucx subscriber is trusted with write access to the "
-        "slots and stamps (UCX maps them read-write), so any one of them can change what the others pull",
-        detail::to_string(allocator->source));
-  }
+  // Transports first: one may allocate the slots (WEIGHTSYNC_SLOT_ALLOCATOR=ucx).
+  if (auto host = detail::host_identity(); !host.ok()) return host.status();  // a malformed WEIGHTSYNC_HOST_ID
+  auto transports = detail::ServedTransports::prepare(
+      detail::ServeSettings{detail::is_loopback_host(bind->value), encryption->value, cuda_slots});
+  if (!transports.ok()) return transports.status();
+  impl->transports = std::move(*transports);
+  // Never a transport's allocator by default: UCX's shared-memory transports
+  // map UCX-allocated slots read-write into every ucx subscriber.
+  const std::string allocator_choice =
+      cuda_slots ? "cuda" : allocator->value == "auto" ? "memfd" : allocator->value;
   const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
+  Result<detail::SlotAllocator> slot_allocator = stamps_allocator;
+  if (allocator_choice == "cuda") {
+    slot_allocator = detail::cuda_slot_allocator();
+  } else if (allocator_choice != "memfd") {
+    slot_allocator = impl->transports->slot_allocator(allocator_choice, options.lock_memory);
+    if (!slot_allocator.ok()) {
+      return Status(ErrorCode::kInvalidConfig, "slot allocator '" + allocator_choice + "' (from " +
+                                                   detail::to_string(allocator->source) +
+                                                   "): " + slot_allocator.status().message());
+    }
+  }
   auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
-                                       std::chrono::milliseconds(lease_timeout->value),
-                                       allocator_choice == "cuda"  ? detail::cuda_slot_allocator()
-                                       : allocator_choice == "ucx" ? ucx->slot_allocator(options.lock_memory)
-                                                                   : stamps_allocator,
+                                       std::chrono::milliseconds(lease_timeout->value), *slot_allocator,
                                        cuda_slots ? &stamps_allocator : nullptr);
   if (!ring.ok()) return ring.status();
   impl->ring = std::move(*ring);
+  if (Status started = impl->transports->start(*impl->ring); !started.ok()) return started;
 
   auto listener = detail::listen_tcp(bind->value, options.port);
   if (!listener.ok()) return listener.status();
@@ -325,57 +311,6 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   if (!port.ok()) return port.status();
   impl->bind_host = bind->value;
   impl->port = *port;
-
-  // Offers, best first. verbs and UCX: slots registered once, now.
-  std::vector<detail::TransportOffer> offers;
-  if (cuda_slots || encryption->value) {
-    // cuda_ipc only (below); or encryption: no one-sided reads.
-  } else if (auto verbs = detail::start_verbs_publisher(*impl->ring); verbs.ok()) {
-    impl->verbs = std::move(*verbs);
-    offers.push_back(detail::TransportOffer{"verbs", impl->verbs->offer()});
-  } else {
-    WS_INFO("publisher: verbs transport not offered: {}", verbs.status().message());
-  }
-  if (ucx) {
-    if (Status started = ucx->start(*impl->ring); started.ok()) {
-      impl->ucx = std::move(ucx);
-      offers.push_back(detail::TransportOffer{"ucx", impl->ucx->offer()});
-    } else {
-      WS_INFO("publisher: UCX transport not offered: {}", started.message());
-    }
-  }
-  // Same-host shared memory: an abstract Unix socket with an unguessable name,
-  // offered with this host's identity (boot id + network namespace, or
-  // WEIGHTSYNC_HOST_ID; common/host_identity.h).
-  detail::Socket local_listener;
-  auto host_id = detail::host_identity();
-  if (!host_id.ok()) return host_id.status();
-  const std::string host = *host_id;
-  const bool local_memory = cuda_slots || impl->ring->slot_region(0).shareable_by_descriptor();
-  if (host.empty() || options.slots + 1 > detail::kMaxPassedFds || !local_memory) {
-    WS_INFO("publisher: shared-memory transport not offered ({})",
-            host.empty() ? "no host identity: /proc/sys/kernel/random/boot_id or /proc/self/ns/net unreadable"
-            : options.slots + 1 > detail::kMaxPassedFds
-                ? "more slots than descriptors one message can pass"
-                : "the slots were allocated by UCX (slot allocator 'ucx'), which cannot hand them out as "
-                  "read-only descriptors");
-  } else {
-    std::uint8_t token[16];
-    Status random = detail::random_bytes(token, sizeof(token));
-    if (!random.ok()) return random;
-    std::string name = "weightsync-";
-    for (std::uint8_t b : token) name += fmt::format("{:02x}", b);
-    auto local = detail::listen_unix_abstract(name);
-    if (local.ok()) {
-      local_listener = std::move(*local);
-      // The same local socket serves both: read-only descriptors of host
-      // slots (shm), or CUDA IPC handles of device slots (cuda_ipc).
-      offers.push_back(
-          detail::TransportOffer{cuda_slots ? "cuda_ipc" : "shm", detail::ShmOffer{host, name}.encode()});
-    } else {
-      WS_INFO("publisher: shared-memory transport not offered: {}", local.status().message());
-    }
-  }
 
   detail::ServerConfig config;
   config.secret = secret->value;
@@ -388,18 +323,11 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   // A peer never gets longer to authenticate than to answer any other message.
   config.handshake_timeout_ms = std::min(handshake_timeout->value, timeout->value);
   config.idle_timeout_ms = idle_timeout->value;
-  if (cuda_slots && offers.empty()) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "CUDA slots are served by the cuda_ipc transport only, which needs same-host local sockets "
-                  "(see above); use host slots (slot_memory = kHost)");
-  }
-  // The tcp offer says this publisher understands the streaming extension
-  // (docs/protocol.md, "Streaming"); subscribers before it ignore the blob.
-  if (!cuda_slots) {
-    offers.push_back(detail::TransportOffer{"tcp", detail::TcpOffer{detail::kTcpFeatureStreaming}.encode()});
-  }
-  detail::ServedState state{&impl->layout,     impl->ring.get(), impl->checksums,
-                            std::move(offers), nullptr,          nullptr};
+  detail::ServedState state;
+  state.layout = &impl->layout;
+  state.ring = impl->ring.get();
+  state.checksums = impl->checksums;
+  state.transports = impl->transports.get();
   impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes(), impl->version_key);
   if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
   state.views = impl->views.get();
@@ -416,21 +344,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
     impl->deltas = std::move(*store);
     state.deltas = impl->deltas.get();
   }
-  if (impl->verbs) {
-    detail::VerbsPublisherTransport* verbs_transport = impl->verbs.get();
-    state.transport_connect =
-        [verbs_transport](const std::string& name, std::uint64_t session,
-                          const std::vector<std::uint8_t>& blob) -> Result<std::vector<std::uint8_t>> {
-      if (name != "verbs")
-        return Status(ErrorCode::kInvalidConfig, "transport '" + name + "' takes no connection");
-      return verbs_transport->connect(session, blob);
-    };
-    state.session_closed = [verbs_transport](std::uint64_t session) {
-      verbs_transport->session_closed(session);
-    };
-  }
-  auto server = detail::PublisherServer::start(std::move(*listener), std::move(local_listener),
-                                               std::move(config), std::move(state));
+  auto server = detail::PublisherServer::start(std::move(*listener), std::move(config), std::move(state));
   if (!server.ok()) return server.status();
   impl->server = std::move(*server);
 

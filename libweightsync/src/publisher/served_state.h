@@ -1,14 +1,15 @@
 // ServedState: what the publisher's connection handlers need from it: the
-// layout, the ring, the offers and the transports' per-session hooks.
+// layout, the ring, the transports (their offers, per-session hooks and own
+// connections) and the stores that answer FETCH_* requests.
 // Owned by PublisherServer; read-only after start except through the ring.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "delta/delta_store.h"
+#include "publisher/served_transports.h"
 #include "publisher/version_signer.h"
 #include "publisher/view_registry.h"
 #include "ring/slot_ring.h"
@@ -21,14 +22,8 @@ struct ServedState {
   const WeightLayout* layout = nullptr;
   SlotRing* ring = nullptr;
   bool checksums = false;
-  // The transports offered in SLOT_TABLE, best first (tcp always last).
-  std::vector<TransportOffer> offers;
-  // Transports with per-connection state (TRANSPORT_CONNECT): name -> handler
-  // returning the accept blob; `session_closed` drops a session's state.
-  std::function<Result<std::vector<std::uint8_t>>(const std::string&, std::uint64_t,
-                                                  const std::vector<std::uint8_t>&)>
-      transport_connect;
-  std::function<void(std::uint64_t)> session_closed;
+  // The transports offered in SLOT_TABLE; owned by the Publisher.
+  ServedTransports* transports = nullptr;
   // Views of partial pulls (REGISTER_VIEW, ACQUIRE_VIEW); owned by the Publisher.
   ViewRegistry* views = nullptr;
   // Delta versions (FETCH_DELTA); null when the publisher computes none.

@@ -18,8 +18,6 @@
 #include "net/peer_identity.h"
 #include "net/unix_socket.h"
 #include "publisher/control_handler.h"
-#include "transport/shm/shm_server.h"
-#include "transport/tcp/tcp_data_server.h"
 #include "wire/frame_assembler.h"
 #include "wire/frame_io.h"
 
@@ -101,19 +99,18 @@ struct PublisherServer::Completion {
   std::chrono::milliseconds wait{0};
 };
 
-PublisherServer::PublisherServer(Socket listener, Socket local_listener, ServerConfig config,
-                                 ServedState state)
+PublisherServer::PublisherServer(Socket listener, ServerConfig config, ServedState state)
     : listener_(std::move(listener)),
-      local_listener_(std::move(local_listener)),
+      local_listener_(state.transports->take_local_listener()),
       config_(std::move(config)),
       state_(std::move(state)),
       workers_(config_.max_workers),
       budget_(config_.max_handshakes, config_.max_handshakes_per_address) {}
 
-Result<std::unique_ptr<PublisherServer>> PublisherServer::start(Socket listener, Socket local_listener,
-                                                                ServerConfig config, ServedState state) {
-  std::unique_ptr<PublisherServer> server(new PublisherServer(std::move(listener), std::move(local_listener),
-                                                              std::move(config), std::move(state)));
+Result<std::unique_ptr<PublisherServer>> PublisherServer::start(Socket listener, ServerConfig config,
+                                                                ServedState state) {
+  std::unique_ptr<PublisherServer> server(
+      new PublisherServer(std::move(listener), std::move(config), std::move(state)));
   if (Status s = server->setup(); !s.ok()) return s;
   try {
     server->loop_ = std::thread([s = server.get()] { s->run_loop(); });
@@ -715,7 +712,7 @@ void PublisherServer::close_connection(Connection* conn) {
     state_.ring->release_session(conn->session);
     if (state_.views != nullptr) state_.views->release_session(conn->session);
     if (state_.deltas != nullptr) state_.deltas->release_session(conn->session);
-    if (state_.session_closed) state_.session_closed(conn->session);
+    state_.transports->session_closed(conn->session);
   }
   counters_.connections_active.fetch_sub(1);
   connections_.erase(conn->id);  // closes the socket, which leaves the epoll set
@@ -757,19 +754,19 @@ void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
   Completion done;
   done.id = conn->id;
   Status status;
-  if (conn->phase == Connection::Phase::kLocal) {
-    status = serve_local_regions(conn->socket, *state_.ring, config_.io_timeout_ms);
-    done.close = true;
-  } else if (conn->phase == Connection::Phase::kData) {
-    if (frame.type == MsgType::kBye) {
-      done.close = true;
-    } else if (frame.type != MsgType::kRead) {
-      status = reply_error(conn->socket, ErrorCode::kProtocolError,
-                           std::string("unexpected ") + to_string(frame.type) + " on a data connection",
-                           Deadline::after(std::chrono::milliseconds(config_.io_timeout_ms)), kPeer);
+  if (conn->phase == Connection::Phase::kLocal || conn->phase == Connection::Phase::kData) {
+    // A transport's own connection: the local socket's regions (on
+    // authenticating) or tcp's READ requests.
+    ServedTransport* transport =
+        state_.transports->for_role(conn->phase == Connection::Phase::kLocal ? Role::kShm : Role::kData);
+    if (transport == nullptr) {
+      status = Status(ErrorCode::kProtocolError, "no transport serves this connection");
     } else {
-      status = serve_tcp_read(conn->socket, *state_.ring, conn->session, frame.payload, config_.io_timeout_ms,
-                              &counters_.bytes_served);
+      const ConnectionReply reply = transport->serve_connection(ConnectionRequest{
+          &conn->socket, conn->session, conn->phase == Connection::Phase::kLocal ? nullptr : &frame,
+          config_.io_timeout_ms, &counters_.bytes_served});
+      status = reply.status;
+      done.close = reply.close;
     }
   } else if (Status opened = conn->seal ? conn->seal->open(frame) : Status(); !opened.ok()) {
     // Changed, replayed or reordered in transit: nothing more from this peer is trusted.

@@ -76,10 +76,11 @@ struct ServerHealth {
 
 class PublisherServer {
  public:
-  // `local_listener` (an abstract Unix socket; may be invalid) serves the
-  // same-host transports to subscribers on this host.
-  static Result<std::unique_ptr<PublisherServer>> start(Socket listener, Socket local_listener,
-                                                        ServerConfig config, ServedState state);
+  // `listener` accepts control and tcp data connections; the same-host
+  // transport's local socket, if one is offered, comes from
+  // state.transports (ServedTransports::take_local_listener()).
+  static Result<std::unique_ptr<PublisherServer>> start(Socket listener, ServerConfig config,
+                                                        ServedState state);
   ~PublisherServer();
   void stop();
   const ServerCounters& counters() const { return counters_; }
@@ -90,7 +91,7 @@ class PublisherServer {
   struct Completion;
   using Clock = std::chrono::steady_clock;
 
-  PublisherServer(Socket listener, Socket local_listener, ServerConfig config, ServedState state);
+  PublisherServer(Socket listener, ServerConfig config, ServedState state);
   Status setup();
   void run_loop();
   void loop_once();

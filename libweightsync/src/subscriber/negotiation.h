@@ -9,29 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "net/socket.h"
-#include "transport/data_channel.h"
-#include "transport/verbs/verbs_transport.h"
+#include "transport/transport.h"
 #include "wire/messages.h"
 
 namespace weightsync::detail {
 
-struct NegotiationInput {
-  std::string requested;  // "auto" or a transport name
+// What the channel needs (ChannelParams), which transport the user allows
+// ("auto" or a name) and what the publisher offers.
+struct NegotiationInput : ChannelParams {
+  std::string requested = "auto";
   std::vector<TransportOffer> offers;
-  HostPort publisher;
-  std::string secret;
-  std::uint64_t session_id = 0;
-  std::string client_name;
-  int connect_timeout_ms = 5000;
-  std::uint32_t slot_count = 0;
-  std::uint64_t slot_bytes = 0;
-  // TRANSPORT_CONNECT over the control connection (verbs queue pairs).
-  TransportExchange exchange;
-  // Encryption: tcp connections are encrypted; same-host transports (shm,
-  // cuda_ipc) need no link; one-sided reads (ucx, verbs) cannot be, so they
-  // are not used.
-  bool encryption = false;
 };
 
 // kInvalidConfig for an unknown name, or when no allowed transport works.

@@ -721,13 +721,22 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   }
   const std::uint64_t session = control->session_id();
   auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
-  auto channel = detail::negotiate_transport(detail::NegotiationInput{
-      transport->value, table->transports, *target, secret->value, session, options.client_name,
-      connect_timeout->value, table->slot_count, table->slot_bytes,
-      [control = &impl->control](const std::string& name, const std::vector<std::uint8_t>& blob) {
-        return control->transport_connect(name, blob);
-      },
-      encryption->value});
+  detail::NegotiationInput negotiation;
+  negotiation.requested = transport->value;
+  negotiation.offers = table->transports;
+  negotiation.publisher = *target;
+  negotiation.secret = secret->value;
+  negotiation.session_id = session;
+  negotiation.client_name = options.client_name;
+  negotiation.connect_timeout_ms = connect_timeout->value;
+  negotiation.slot_count = table->slot_count;
+  negotiation.slot_bytes = table->slot_bytes;
+  negotiation.exchange = [control = &impl->control](const std::string& name,
+                                                    const std::vector<std::uint8_t>& blob) {
+    return control->transport_connect(name, blob);
+  };
+  negotiation.encryption = encryption->value;
+  auto channel = detail::negotiate_transport(negotiation);
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;

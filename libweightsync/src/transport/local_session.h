@@ -12,6 +12,7 @@
 
 #include "common/deadline.h"
 #include "net/socket.h"
+#include "transport/transport.h"
 #include "wire/frame.h"
 
 namespace weightsync::detail {
@@ -33,6 +34,16 @@ struct LocalSession {
 };
 
 Result<LocalSession> open_local_session(const LocalChannelConfig& config, MsgType regions_type);
+
+// The channel config for a same-host offer (ShmOffer): kProtocolError if it
+// is malformed; kInvalidConfig if the publisher runs on another host
+// (another kernel or network namespace) or this host cannot be recognised.
+Result<LocalChannelConfig> local_channel_config(const char* transport, const std::vector<std::uint8_t>& offer,
+                                                const ChannelParams& params);
+
+// This host's identity for a same-host offer; kInvalidConfig (not offered)
+// when same-host peers cannot be recognised.
+Result<std::string> local_host_for_serving();
 
 // The peer name the same-host transports use in their errors.
 inline constexpr const char* kLocalPublisherPeer = "publisher (local socket)";

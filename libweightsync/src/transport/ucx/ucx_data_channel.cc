@@ -23,7 +23,7 @@
 #include "transport/registration_cache.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/ucx/ucx_offer.h"
-#include "transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_sides.h"
 
 namespace weightsync::detail {
 namespace {

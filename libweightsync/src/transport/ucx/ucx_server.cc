@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/ucx/ucx_offer.h"
-#include "transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_sides.h"
 
 namespace weightsync::detail {
 namespace {
@@ -109,7 +109,7 @@ Result<std::unique_ptr<SlotMemory>> allocate_with_ucx(const UcxContext& context,
   return std::unique_ptr<SlotMemory>(std::move(memory));
 }
 
-class UcxServer final : public UcxPublisherTransport {
+class UcxServer final : public ServedTransport {
  public:
   explicit UcxServer(UcxEndpointStack stack) : stack_(std::move(stack)), insecure_(ucx_insecure_override()) {}
 
@@ -123,14 +123,19 @@ class UcxServer final : public UcxPublisherTransport {
     }
   }
 
-  SlotAllocator slot_allocator(bool lock_memory) override {
+  const char* name() const override { return "ucx"; }
+
+  std::optional<SlotAllocator> slot_allocator(bool lock_memory) override {
+    WS_WARN(
+        "publisher: slot allocator 'ucx': every ucx subscriber is trusted with write access to the slots and "
+        "stamps (UCX maps them read-write), so any one of them can change what the others pull");
     UcxContext context = stack_.context;
     return SlotAllocator{"ucx", [context, lock_memory](std::size_t bytes, const char*) {
                            return allocate_with_ucx(context, bytes, lock_memory);
                          }};
   }
 
-  Status start(const SlotRing& ring) override {
+  Status start(SlotRing& ring) override {
     if (!insecure_ && !allocated_here(ring)) {
       // UCX 1.13 registers memory for remote write as well as read
       // (ucp_mem_map ignores UCP_MEM_MAP_PARAM_FIELD_PROT), and its
@@ -342,11 +347,11 @@ class UcxServer final : public UcxPublisherTransport {
 
 }  // namespace
 
-Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher(bool loopback_only) {
+Result<std::unique_ptr<ServedTransport>> create_ucx_publisher(bool loopback_only) {
   try {
     auto stack = make_ucx_stack("weightsync-publisher", UcxRole::kPublisher, loopback_only);
     if (!stack.ok()) return stack.status();
-    return std::unique_ptr<UcxPublisherTransport>(new UcxServer(std::move(*stack)));
+    return std::unique_ptr<ServedTransport>(new UcxServer(std::move(*stack)));
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal, std::string("starting the UCX transport: ") + e.what());
   }

@@ -1,23 +1,32 @@
-// The UCX entry points of a build without UCX: every call says so.
+// The UCX factory of a build without UCX: every call says so.
 #include "transport/ucx/ucx_transport.h"
 
 namespace weightsync::detail {
 namespace {
+
 const char* kNotBuilt =
     "this library was built without UCX (install libucx-dev and configure with WEIGHTSYNC_WITH_UCX=ON)";
-}
 
-Result<std::unique_ptr<UcxPublisherTransport>> create_ucx_publisher(bool) {
-  return Status(ErrorCode::kInvalidConfig, kNotBuilt);
-}
+class UnavailableUcx final : public TransportFactory {
+ public:
+  const char* name() const override { return "ucx"; }
+  TransportInfo probe() const override {
+    return TransportInfo{"ucx", "UCX one-sided reads (ucp_get)", false, kNotBuilt};
+  }
+  Result<std::unique_ptr<ServedTransport>> serve(const ServeSettings&) const override {
+    return Status(ErrorCode::kInvalidConfig, kNotBuilt);
+  }
+  Result<std::unique_ptr<DataChannel>> open(const std::vector<std::uint8_t>&,
+                                            const ChannelParams&) const override {
+    return Status(ErrorCode::kInvalidConfig, kNotBuilt);
+  }
+};
 
-Result<std::unique_ptr<DataChannel>> open_ucx_data_channel(const std::vector<std::uint8_t>&, std::uint32_t,
-                                                           std::uint64_t, int) {
-  return Status(ErrorCode::kInvalidConfig, kNotBuilt);
-}
+}  // namespace
 
-TransportInfo probe_ucx() {
-  return TransportInfo{"ucx", "UCX one-sided reads (ucp_get)", false, kNotBuilt};
+const TransportFactory& ucx_transport_factory() {
+  static const UnavailableUcx factory;
+  return factory;
 }
 
 }  // namespace weightsync::detail

@@ -11,7 +11,7 @@
 #include "common/deadline.h"
 #include "transport/registration_cache.h"
 #include "transport/verbs/verbs_device.h"
-#include "transport/verbs/verbs_transport.h"
+#include "transport/verbs/verbs_sides.h"
 
 namespace weightsync::detail {
 namespace {

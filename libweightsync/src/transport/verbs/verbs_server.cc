@@ -8,34 +8,37 @@
 
 #include "auth/crypto.h"
 #include "transport/verbs/verbs_device.h"
-#include "transport/verbs/verbs_transport.h"
+#include "transport/verbs/verbs_sides.h"
 
 namespace weightsync::detail {
 namespace {
 
 constexpr int kMaxReads = 16;
 
-class VerbsServer final : public VerbsPublisherTransport {
+class VerbsServer final : public ServedTransport {
  public:
+  const char* name() const override { return "verbs"; }
   const std::vector<std::uint8_t>& offer() const override { return offer_; }
 
-  static Result<std::unique_ptr<VerbsPublisherTransport>> start(const SlotRing& ring) {
+  Status start(SlotRing& ring) override try {
     auto device = open_verbs_device();
     if (!device.ok()) return device.status();
-    std::unique_ptr<VerbsServer> server(new VerbsServer(std::move(*device)));
-    server->cq_.reset(ibv_create_cq(server->device_.context.get(), 1, nullptr, nullptr, 0));
-    if (!server->cq_) return Status(ErrorCode::kInvalidConfig, "ibv_create_cq failed");
+    device_ = std::move(*device);
+    cq_.reset(ibv_create_cq(device_.context.get(), 1, nullptr, nullptr, 0));
+    if (!cq_) return Status(ErrorCode::kInvalidConfig, "ibv_create_cq failed");
     VerbsOffer offer;
     for (std::uint32_t i = 0; i < ring.slot_count(); ++i) {
-      auto region = server->register_region(ring.slot_region(i));
+      auto region = register_region(ring.slot_region(i));
       if (!region.ok()) return region.status();
       offer.slots.push_back(*region);
     }
-    auto stamps = server->register_region(ring.stamp_region());
+    auto stamps = register_region(ring.stamp_region());
     if (!stamps.ok()) return stamps.status();
     offer.stamps = *stamps;
-    server->offer_ = offer.encode();
-    return std::unique_ptr<VerbsPublisherTransport>(std::move(server));
+    offer_ = offer.encode();
+    return Status();
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, std::string("starting the verbs transport: ") + e.what());
   }
 
   Result<std::vector<std::uint8_t>> connect(std::uint64_t session,
@@ -64,8 +67,6 @@ class VerbsServer final : public VerbsPublisherTransport {
   }
 
  private:
-  explicit VerbsServer(VerbsDevice device) : device_(std::move(device)) {}
-
   Result<VerbsRegion> register_region(const SlotMemory& region) {
     IbvMr mr(ibv_reg_mr(device_.pd.get(), region.data(), region.mapped_size(), IBV_ACCESS_REMOTE_READ));
     if (!mr) return Status(ErrorCode::kInvalidConfig, "ibv_reg_mr of a slot failed (raise ulimit -l?)");
@@ -84,12 +85,8 @@ class VerbsServer final : public VerbsPublisherTransport {
 
 }  // namespace
 
-Result<std::unique_ptr<VerbsPublisherTransport>> start_verbs_publisher(const SlotRing& ring) {
-  try {
-    return VerbsServer::start(ring);
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, std::string("starting the verbs transport: ") + e.what());
-  }
+std::unique_ptr<ServedTransport> make_verbs_server() {
+  return std::make_unique<VerbsServer>();
 }
 
 TransportInfo probe_verbs() {

@@ -1,24 +1,33 @@
-// The ibverbs entry points of a build without libibverbs: every call says so.
+// The ibverbs factory of a build without libibverbs: every call says so.
 #include "transport/verbs/verbs_transport.h"
 
 namespace weightsync::detail {
 namespace {
+
 const char* kNotBuilt =
     "this library was built without ibverbs (install libibverbs-dev and configure with "
     "WEIGHTSYNC_WITH_VERBS=ON)";
-}
 
-Result<std::unique_ptr<VerbsPublisherTransport>> start_verbs_publisher(const SlotRing&) {
-  return Status(ErrorCode::kInvalidConfig, kNotBuilt);
-}
+class UnavailableVerbs final : public TransportFactory {
+ public:
+  const char* name() const override { return "verbs"; }
+  TransportInfo probe() const override {
+    return TransportInfo{"verbs", "ibverbs RDMA READ over RC queue pairs", false, kNotBuilt};
+  }
+  Result<std::unique_ptr<ServedTransport>> serve(const ServeSettings&) const override {
+    return Status(ErrorCode::kInvalidConfig, kNotBuilt);
+  }
+  Result<std::unique_ptr<DataChannel>> open(const std::vector<std::uint8_t>&,
+                                            const ChannelParams&) const override {
+    return Status(ErrorCode::kInvalidConfig, kNotBuilt);
+  }
+};
 
-Result<std::unique_ptr<DataChannel>> open_verbs_data_channel(const std::vector<std::uint8_t>&, std::uint32_t,
-                                                             std::uint64_t, const TransportExchange&) {
-  return Status(ErrorCode::kInvalidConfig, kNotBuilt);
-}
+}  // namespace
 
-TransportInfo probe_verbs() {
-  return TransportInfo{"verbs", "ibverbs RDMA READ over RC queue pairs", false, kNotBuilt};
+const TransportFactory& verbs_transport_factory() {
+  static const UnavailableVerbs factory;
+  return factory;
 }
 
 }  // namespace weightsync::detail

@@ -1,9 +1,11 @@
-// Same-host transports, publisher side: SHM_REGIONS or CUDA_IPC_REGIONS and
-// the descriptors that go with them.
+// Same-host transports, publisher side: the local socket, SHM_REGIONS or
+// CUDA_IPC_REGIONS and the descriptors that go with them.
+#include "transport/local_server.h"
+
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include "transport/shm/shm_server.h"
-
+#include "auth/crypto.h"
 #include "net/unix_socket.h"
 #include "wire/frame_io.h"
 #include "wire/messages.h"
@@ -33,7 +35,51 @@ Status serve_cuda_ipc(const Socket& socket, const SlotRing& ring, Deadline io) {
   return s;
 }
 
+class LocalServer final : public ServedTransport {
+ public:
+  LocalServer(const char* name, std::string host) : name_(name), host_(std::move(host)) {}
+  const char* name() const override { return name_; }
+
+  Status start(SlotRing& ring) override {
+    if (ring.slot_count() + 1 > kMaxPassedFds) {
+      return Status(ErrorCode::kInvalidConfig, "more slots than descriptors one message can pass");
+    }
+    if (ring.slot_memory_kind() != MemoryKind::kCuda && !ring.slot_region(0).shareable_by_descriptor()) {
+      return Status(ErrorCode::kInvalidConfig,
+                    "the slots were allocated by UCX (slot allocator 'ucx'), which cannot hand them out as "
+                    "read-only descriptors");
+    }
+    std::uint8_t token[16];
+    if (Status random = random_bytes(token, sizeof(token)); !random.ok()) return random;
+    std::string socket_name = "weightsync-";
+    for (std::uint8_t b : token) socket_name += fmt::format("{:02x}", b);
+    auto listener = listen_unix_abstract(socket_name);
+    if (!listener.ok()) return Status(ErrorCode::kInvalidConfig, listener.status().message());
+    listener_ = std::move(*listener);
+    ring_ = &ring;
+    offer_ = ShmOffer{host_, socket_name}.encode();
+    return Status();
+  }
+  const std::vector<std::uint8_t>& offer() const override { return offer_; }
+  std::optional<Role> connection_role() const override { return Role::kShm; }
+  Socket take_local_listener() override { return std::move(listener_); }
+  ConnectionReply serve_connection(const ConnectionRequest& request) override {
+    return ConnectionReply{serve_local_regions(*request.socket, *ring_, request.io_timeout_ms), true};
+  }
+
+ private:
+  const char* name_;
+  std::string host_;
+  Socket listener_;
+  const SlotRing* ring_ = nullptr;
+  std::vector<std::uint8_t> offer_;
+};
+
 }  // namespace
+
+std::unique_ptr<ServedTransport> make_local_server(const char* name, std::string host) {
+  return std::make_unique<LocalServer>(name, std::move(host));
+}
 
 Status serve_local_regions(const Socket& socket, const SlotRing& ring, int io_timeout_ms) {
   const Deadline io = Deadline::after(std::chrono::milliseconds(io_timeout_ms));
