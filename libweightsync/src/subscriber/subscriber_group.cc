@@ -18,14 +18,97 @@ Status with_rank(const Status& s, std::size_t rank) {
   return Status(s.code(), "trainer rank " + std::to_string(rank) + ": " + s.message());
 }
 
+using Members = std::vector<std::unique_ptr<Subscriber>>;
+using RoundResults = std::vector<std::optional<Result<PullResult>>>;
+
+// Step 2 of a round: every working rank pulls exactly `target`, concurrently
+// when asked to.
+RoundResults pull_every_rank(const Members& members, const std::vector<PullPlan>& plans,
+                             const std::vector<std::size_t>& working, std::uint64_t target, bool parallel) {
+  RoundResults results(plans.size());
+  auto pull_member = [&](std::size_t r) {
+    PullOptions member_options;
+    member_options.version = target;
+    results[r] = members[r]->pull(plans[r], member_options);
+  };
+  if (parallel && working.size() > 1) {
+    std::vector<std::future<void>> others;
+    for (std::size_t i = 1; i < working.size(); ++i) {
+      others.push_back(std::async(std::launch::async, pull_member, working[i]));
+    }
+    pull_member(working[0]);
+    for (auto& f : others) f.get();
+  } else {
+    for (std::size_t r : working) pull_member(r);
+  }
+  return results;
+}
+
+// Step 3 of a round: every rank delivered `target`; or a rank has not
+// committed it yet (an exact pull waits for it); or a rank moved past it
+// (start again past `floor_next`); or an error to return.
+struct RoundVerdict {
+  bool not_yet = false;
+  bool moved_on = false;
+  std::string moved_on_why;
+  // The next round starts past `floor_next`: a rank that moved on had
+  // committed `latest`, and its ring of N slots holds at most its N newest
+  // (a version kept by another reader's lease aside), the oldest of them
+  // the next to go. So the next version must be one of its N - 1 newest.
+  std::uint64_t floor_next = 0;
+};
+
+Result<RoundVerdict> judge_round(const Members& members, const RoundResults& results,
+                                 const std::vector<std::size_t>& working, bool exact, std::uint64_t target) {
+  RoundVerdict verdict;
+  verdict.floor_next = target;
+  for (std::size_t r : working) {
+    const Result<PullResult>& got = *results[r];
+    if (got.ok()) continue;
+    const ErrorCode code = got.status().code();
+    if (exact && code == ErrorCode::kNotReady) {
+      verdict.not_yet = true;  // a rank has not committed it yet: wait, as for any lagging rank
+      continue;
+    }
+    if (!exact && (code == ErrorCode::kVersionRevoked || code == ErrorCode::kNotReady)) {
+      verdict.moved_on = true;
+      verdict.moved_on_why = with_rank(got.status(), r).message();
+      auto latest = members[r]->latest_version();
+      if (!latest.ok()) return with_rank(latest.status(), r);
+      const std::uint64_t slots = members[r]->slot_count();
+      if (slots > 0 && *latest >= slots)
+        verdict.floor_next = std::max(verdict.floor_next, *latest - (slots - 1));
+      continue;
+    }
+    return with_rank(got.status(), r);
+  }
+  return verdict;
+}
+
+// Every working rank delivered `target`: the group's result.
+void collect_round(GroupPullResult& out, const RoundResults& results, const std::vector<std::size_t>& working,
+                   std::uint64_t target) {
+  out.version = target;
+  out.checksums_verified = !working.empty();
+  out.members.assign(results.size(), PullResult{});
+  for (std::size_t r : working) {
+    const PullResult& got = **results[r];
+    out.members[r] = got;
+    out.bytes += got.bytes;
+    out.checksums_verified = out.checksums_verified && got.checksum_verified;
+  }
+}
+
 }  // namespace
 
-SubscriberGroup::SubscriberGroup(std::vector<std::unique_ptr<Subscriber>> members) : members_(std::move(members)) {}
+SubscriberGroup::SubscriberGroup(std::vector<std::unique_ptr<Subscriber>> members)
+    : members_(std::move(members)) {}
 SubscriberGroup::~SubscriberGroup() = default;
 
 Result<std::unique_ptr<SubscriberGroup>> SubscriberGroup::connect(const std::vector<std::string>& addresses,
                                                                   SubscriberOptions options) try {
-  if (addresses.empty()) return Status(ErrorCode::kInvalidArgument, "a SubscriberGroup needs at least one rank");
+  if (addresses.empty())
+    return Status(ErrorCode::kInvalidArgument, "a SubscriberGroup needs at least one rank");
   std::vector<std::unique_ptr<Subscriber>> members;
   for (std::size_t r = 0; r < addresses.size(); ++r) {
     SubscriberOptions member_options = options;
@@ -39,10 +122,13 @@ Result<std::unique_ptr<SubscriberGroup>> SubscriberGroup::connect(const std::vec
   return Status(ErrorCode::kInternal, std::string("SubscriberGroup::connect: ") + e.what());
 }
 
-Result<std::unique_ptr<SubscriberGroup>> SubscriberGroup::adopt(std::vector<std::unique_ptr<Subscriber>> members) {
-  if (members.empty()) return Status(ErrorCode::kInvalidArgument, "a SubscriberGroup needs at least one rank");
+Result<std::unique_ptr<SubscriberGroup>> SubscriberGroup::adopt(
+    std::vector<std::unique_ptr<Subscriber>> members) {
+  if (members.empty())
+    return Status(ErrorCode::kInvalidArgument, "a SubscriberGroup needs at least one rank");
   for (std::size_t r = 0; r < members.size(); ++r) {
-    if (!members[r]) return Status(ErrorCode::kInvalidArgument, "rank " + std::to_string(r) + " has no Subscriber");
+    if (!members[r])
+      return Status(ErrorCode::kInvalidArgument, "rank " + std::to_string(r) + " has no Subscriber");
   }
   return std::unique_ptr<SubscriberGroup>(new SubscriberGroup(std::move(members)));
 }
@@ -161,7 +247,8 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
   const auto until = detail::wait_end(start, options.wait);
   const bool exact = options.version.has_value();
   const std::uint64_t newer_than = exact ? *options.version - 1 : options.newer_than.value_or(held_version_);
-  if (exact && *options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  if (exact && *options.version == 0)
+    return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
   std::vector<std::size_t> working;
   for (std::size_t r = 0; r < plans.size(); ++r) {
     if (plans[r].valid()) working.push_back(r);
@@ -180,7 +267,8 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
       const auto now = Clock::now();
       if (now >= until) {
         if (!moved_on_why.empty()) {
-          return Status(ErrorCode::kVersionRevoked, moved_on_why + ", and no newer version is complete yet (" +
+          return Status(ErrorCode::kVersionRevoked, moved_on_why +
+                                                        ", and no newer version is complete yet (" +
                                                         "are the ranks more than a ring apart?)");
         }
         return Status(ErrorCode::kNotReady, (exact ? "version " + std::to_string(*options.version)
@@ -197,60 +285,23 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
     }
     const std::uint64_t target = exact ? *options.version : *complete;
     // 2. Every member pulls exactly `target`, concurrently.
-    std::vector<std::optional<Result<PullResult>>> results(plans.size());
-    auto pull_member = [&](std::size_t r) {
-      PullOptions member_options;
-      member_options.version = target;
-      results[r] = members_[r]->pull(plans[r], member_options);
-    };
-    if (options.parallel && working.size() > 1) {
-      std::vector<std::future<void>> others;
-      for (std::size_t i = 1; i < working.size(); ++i) {
-        others.push_back(std::async(std::launch::async, pull_member, working[i]));
-      }
-      pull_member(working[0]);
-      for (auto& f : others) f.get();
-    } else {
-      for (std::size_t r : working) pull_member(r);
-    }
+    const RoundResults results = pull_every_rank(members_, plans, working, target, options.parallel);
     // 3. All of them, or start again, or fail.
-    bool moved_on = false;
-    bool not_yet = false;
-    // The next round starts past `floor_next`: a rank that moved on had
-    // committed `latest`, and its ring of N slots holds at most its N newest
-    // (a version kept by another reader's lease aside), the oldest of them
-    // the next to go. So the next version must be one of its N - 1 newest.
-    std::uint64_t floor_next = target;
-    for (std::size_t r : working) {
-      const Result<PullResult>& got = *results[r];
-      if (got.ok()) continue;
-      const ErrorCode code = got.status().code();
-      if (exact && code == ErrorCode::kNotReady) {
-        not_yet = true;  // a rank has not committed it yet: wait below, as for any lagging rank
-        continue;
-      }
-      if (!exact && (code == ErrorCode::kVersionRevoked || code == ErrorCode::kNotReady)) {
-        moved_on = true;
-        moved_on_why = with_rank(got.status(), r).message();
-        auto latest = members_[r]->latest_version();
-        if (!latest.ok()) return with_rank(latest.status(), r);
-        const std::uint64_t slots = members_[r]->slot_count();
-        if (slots > 0 && *latest >= slots) floor_next = std::max(floor_next, *latest - (slots - 1));
-        continue;
-      }
-      return with_rank(got.status(), r);
-    }
-    if (not_yet && !moved_on) {
+    auto verdict = judge_round(members_, results, working, exact, target);
+    if (!verdict.ok()) return verdict.status();
+    if (verdict->not_yet && !verdict->moved_on) {
       if (Clock::now() >= until) {
-        return Status(ErrorCode::kNotReady, "version " + std::to_string(target) +
-                                                " is not committed on every trainer rank yet");
+        return Status(ErrorCode::kNotReady,
+                      "version " + std::to_string(target) + " is not committed on every trainer rank yet");
       }
       continue;  // the next round asks every rank again and waits for the laggard
     }
-    if (moved_on) {
+    if (verdict->moved_on) {
+      moved_on_why = verdict->moved_on_why;
       if (static_cast<int>(out.rounds) >= options.max_rounds) {
-        return Status(ErrorCode::kVersionRevoked, "trainer ranks kept moving past the version being pulled (" +
-                                                      std::to_string(out.rounds + 1) + " rounds)");
+        return Status(ErrorCode::kVersionRevoked,
+                      "trainer ranks kept moving past the version being pulled (" +
+                          std::to_string(out.rounds + 1) + " rounds)");
       }
       // A version a rank dropped never returns. Ranks in step: the newest
       // complete version is past `floor_next` already, and the next round
@@ -258,21 +309,13 @@ Result<GroupPullResult> SubscriberGroup::pull(const std::vector<PullPlan>& plans
       // then catching up in a burst) would cost a round per version it
       // publishes while the others are out of reach: wait instead until
       // every rank is past `floor_next`.
-      WS_DEBUG("subscriber group: a rank no longer holds version {}; next: a complete version past {}", target,
-               floor_next);
+      WS_DEBUG("subscriber group: a rank no longer holds version {}; next: a complete version past {}",
+               target, verdict->floor_next);
       ++out.rounds;
-      floor = floor_next;
+      floor = verdict->floor_next;
       continue;
     }
-    out.version = target;
-    out.checksums_verified = !working.empty();
-    out.members.assign(plans.size(), PullResult{});
-    for (std::size_t r : working) {
-      const PullResult& got = **results[r];
-      out.members[r] = got;
-      out.bytes += got.bytes;
-      out.checksums_verified = out.checksums_verified && got.checksum_verified;
-    }
+    collect_round(out, results, working, target);
     out.wait_seconds = std::chrono::duration<double>(waited).count();
     out.seconds = std::chrono::duration<double>(Clock::now() - start - waited).count();
     held_version_ = target;
