@@ -10,12 +10,12 @@
 #include "auth/signing.h"
 #include "common/checksum.h"
 #include "common/deadline.h"
-#include "common/env.h"
 #include "common/log.h"
 #include "cuda/staging.h"
 #include "delta/delta_apply.h"
 #include "subscriber/control_client.h"
 #include "subscriber/negotiation.h"
+#include "subscriber/subscriber_settings.h"
 
 namespace weightsync {
 
@@ -97,6 +97,7 @@ class Subscriber::Impl {
   detail::DeltaApplyBuffers delta_buffers;  // sized on the first delta pull
   std::vector<std::uint8_t> delta_bytes;
   SubscriberOptions options;
+  std::vector<SettingReport> settings;  // what connect() resolved (settings())
   int io_timeout_ms = 10000;
   std::uint64_t held_version = 0;
   Status sticky;
@@ -664,51 +665,19 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
                                                         SubscriberOptions options) try {
   auto target = detail::parse_host_port(address);
   if (!target.ok()) return target.status();
-  auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
-  auto connect_timeout =
-      detail::resolve_millis(options.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000);
-  auto io_timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
-  auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
-  auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
-  auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
-  auto trusted_key = detail::resolve_string(options.trusted_key, "WEIGHTSYNC_TRUSTED_KEY", "");
-  for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status(),
-                          &integrity.status(), &encryption.status(), &trusted_key.status()}) {
-    if (!s->ok()) return *s;
-  }
-  std::optional<detail::VerifyKey> verify_key;
-  if (!trusted_key->value.empty()) {
-    auto loaded = detail::VerifyKey::load_pem_file(trusted_key->value);
-    if (!loaded.ok()) {
-      return Status(loaded.status().code(), loaded.status().message() + " (from " +
-                                                std::string(detail::to_string(trusted_key->source)) + ")");
-    }
-    verify_key = std::move(*loaded);
-  }
-  if (encryption->value && !integrity->value) {
-    integrity->value = true;  // encryption implies the integrity layer
-    integrity->source = encryption->source;
-  }
+  auto resolved = detail::resolve_subscriber_settings(options);
+  if (!resolved.ok()) return resolved.status();
+  detail::SubscriberSettings& settings = *resolved;
   std::shared_ptr<const detail::VersionKey> version_key;
-  if (integrity->value) {
-    if (secret->value.empty()) {
-      return Status(ErrorCode::kInvalidConfig,
-                    std::string(encryption->value ? "encryption" : "integrity") + " (from " +
-                        detail::to_string(integrity->source) + ") needs a secret: set WEIGHTSYNC_SECRET on both sides");
-    }
-    auto key = detail::derive_version_key(secret->value);
+  if (settings.integrity.value) {
+    auto key = detail::derive_version_key(settings.secret.value);
     if (!key.ok()) return key.status();
     version_key = std::move(*key);
     options.verify_checksum = true;
   }
-  if (options.staging_chunks < 2 || options.staging_chunk_bytes < (64u << 10)) {
-    return Status(ErrorCode::kInvalidConfig, "staging needs at least 2 chunks of at least 64 KiB (got " +
-                                                 std::to_string(options.staging_chunks) + " x " +
-                                                 std::to_string(options.staging_chunk_bytes) + " bytes)");
-  }
-  auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
-                                                connect_timeout->value, io_timeout->value, integrity->value,
-                                                encryption->value);
+  auto control = detail::ControlClient::connect(
+      *target, settings.secret.value, options.client_name, settings.connect_timeout_ms.value,
+      settings.io_timeout_ms.value, settings.integrity.value, settings.encryption.value);
   if (!control.ok()) return control.status();
   auto layout = control->get_layout();
   if (!layout.ok()) return layout.status();
@@ -722,12 +691,12 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   const std::uint64_t session = control->session_id();
   auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
   auto channel = detail::negotiate_transport(detail::NegotiationInput{
-      transport->value, table->transports, *target, secret->value, session, options.client_name,
-      connect_timeout->value, table->slot_count, table->slot_bytes,
+      settings.transport.value, table->transports, *target, settings.secret.value, session,
+      options.client_name, settings.connect_timeout_ms.value, table->slot_count, table->slot_bytes,
       [control = &impl->control](const std::string& name, const std::vector<std::uint8_t>& blob) {
         return control->transport_connect(name, blob);
       },
-      encryption->value});
+      settings.encryption.value});
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
   impl->slot_count = table->slot_count;
@@ -736,8 +705,8 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     return Status(ErrorCode::kProtocolError, "the publisher agreed to integrity but serves no version tags");
   }
   impl->version_key = std::move(version_key);
-  if (verify_key) {
-    impl->trusted_key = std::move(verify_key);
+  if (settings.verify_key) {
+    impl->trusted_key = std::move(settings.verify_key);
     impl->layout_sha = detail::layout_digest(impl->layout);
   }
   impl->deltas_offered = (table->features & detail::kFeatureDeltas) != 0;
@@ -748,14 +717,17 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     auto tcp = detail::TcpOffer::decode(offer.blob);  // a malformed one: no features
     impl->streaming_offered = tcp.ok() && (tcp->features & detail::kTcpFeatureStreaming) != 0;
   }
-  impl->io_timeout_ms = io_timeout->value;
+  impl->io_timeout_ms = settings.io_timeout_ms.value;
   impl->options = std::move(options);
-  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {}; encryption {}; "
-          "signatures {})",
-          address, impl->channel->name(), detail::to_string(transport->source), impl->slot_count,
-          impl->layout.total_bytes(), impl->checksums ? "on" : "off", encryption->value ? "on" : "off",
-          impl->trusted_key ? "checked against key " + detail::short_hex(impl->trusted_key->key_id())
-                            : std::string("not checked"));
+  impl->settings = settings.reports();
+  WS_INFO(
+      "subscriber: connected to {} (transport {}; {} slots x {} bytes; checksums {}; signatures {}); "
+      "settings: {}",
+      address, impl->channel->name(), impl->slot_count, impl->layout.total_bytes(),
+      impl->checksums ? "on" : "off",
+      impl->trusted_key ? "checked against key " + detail::short_hex(impl->trusted_key->key_id())
+                        : std::string("not checked"),
+      detail::settings_log_text(impl->settings));
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());
@@ -795,6 +767,9 @@ bool Subscriber::publisher_checksums() const noexcept {
 }
 bool Subscriber::publisher_deltas() const noexcept {
   return impl_->deltas_offered;
+}
+std::vector<SettingReport> Subscriber::settings() const {
+  return impl_->settings;
 }
 bool Subscriber::encrypted() const noexcept {
   return impl_->control.encrypted();
