@@ -1,7 +1,11 @@
 // weightsync-info: what this build of libweightsync can do on this machine,
 // like ucx_info: the library version, every data transport built in (in
 // negotiation order) and whether it is viable here (and if not, why), and
-// every setting in force with where it came from.
+// every setting in force with where it came from: describe_settings(), one
+// line per row of the library's settings table, resolved as
+// Publisher::create() and Subscriber::connect() resolve it. Exits 1 when one
+// of them would fail with these settings (a malformed variable, or settings
+// that contradict each other).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -68,9 +72,10 @@ int main(int argc, char** argv) {
       const auto& s = settings[i];
       std::printf(
           "%s{\"name\": \"%s\", \"environment\": \"%s\", \"value\": \"%s\", \"source\": \"%s\", "
-          "\"error\": \"%s\"}",
+          "\"error\": \"%s\", \"description\": \"%s\"}",
           i ? ", " : "", json_escape(s.name).c_str(), json_escape(s.environment).c_str(),
-          json_escape(s.value).c_str(), json_escape(s.source).c_str(), json_escape(s.error).c_str());
+          json_escape(s.value).c_str(), json_escape(s.source).c_str(), json_escape(s.error).c_str(),
+          json_escape(s.description).c_str());
     }
     std::printf("]}\n");
     return any_error ? 1 : 0;

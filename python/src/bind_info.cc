@@ -39,6 +39,7 @@ void bind_info(py::module_& m) {
           d["value"] = s.value;
           d["source"] = s.source;
           d["error"] = s.error;
+          d["description"] = s.description;
           out.append(d);
         }
         return out;

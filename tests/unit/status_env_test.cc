@@ -1,9 +1,9 @@
-// Status/Action table, Result, and option > environment > default resolution.
+// Status/Action table, Result, and describe_settings() (the resolution itself:
+// settings_table_test.cc).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 
-#include "common/env.h"
 #include "weightsync/status.h"
 
 using namespace weightsync;
@@ -38,41 +38,6 @@ TEST_CASE("status: every error code has a name and the documented action", "[sta
   Result<int> misuse{Status()};  // an OK status without a value is a bug, not success
   CHECK_FALSE(misuse.ok());
   CHECK(misuse.status().code() == ErrorCode::kInternal);
-}
-
-TEST_CASE("env: explicit option > environment > default, malformed values are errors", "[env]") {
-  using detail::SettingSource;
-  ::unsetenv("WEIGHTSYNC_TEST_MS");
-  auto d = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);
-  REQUIRE(d.ok());
-  CHECK(d->value == 1234);
-  CHECK(d->source == SettingSource::kDefault);
-
-  ::setenv("WEIGHTSYNC_TEST_MS", "250", 1);
-  auto e = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);
-  REQUIRE(e.ok());
-  CHECK(e->value == 250);
-  CHECK(e->source == SettingSource::kEnvironment);
-
-  auto o = detail::resolve_millis(99, "WEIGHTSYNC_TEST_MS", 1234);
-  REQUIRE(o.ok());
-  CHECK(o->value == 99);
-  CHECK(o->source == SettingSource::kOption);
-
-  for (const char* bad : {"abc", "-5", "0", "12ms", "99999999999"}) {
-    ::setenv("WEIGHTSYNC_TEST_MS", bad, 1);
-    auto r = detail::resolve_millis(std::nullopt, "WEIGHTSYNC_TEST_MS", 1234);
-    INFO(bad);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == ErrorCode::kInvalidConfig);
-    CHECK_THAT(r.status().message(), Catch::Contains("WEIGHTSYNC_TEST_MS"));
-  }
-  ::setenv("WEIGHTSYNC_TEST_BOOL", "maybe", 1);
-  CHECK_FALSE(detail::resolve_bool(std::nullopt, "WEIGHTSYNC_TEST_BOOL", false).ok());
-  ::setenv("WEIGHTSYNC_TEST_BOOL", "1", 1);
-  CHECK(detail::resolve_bool(std::nullopt, "WEIGHTSYNC_TEST_BOOL", false)->value);
-  ::unsetenv("WEIGHTSYNC_TEST_MS");
-  ::unsetenv("WEIGHTSYNC_TEST_BOOL");
 }
 
 #include "weightsync/settings.h"

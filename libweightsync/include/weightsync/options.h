@@ -5,27 +5,33 @@
 //   non-default field documented as such) > WEIGHTSYNC_* environment variable >
 //   built-in default. The resolved values and where each came from are logged
 //   at info level when a Publisher or Subscriber starts.
-// - Environment variables (all optional):
+// - Environment variables (all optional), one per row of the library's
+//   settings table (src/common/settings_table.cc; describe_settings() and
+//   weightsync-info report each with its source; a unit test keeps this list
+//   and the table equal):
 //     WEIGHTSYNC_SECRET              shared secret for peer authentication
-//     WEIGHTSYNC_BIND                publisher bind address (default 127.0.0.1)
+//     WEIGHTSYNC_BIND                publisher bind address (default 127.0.0.1; localhost is 127.0.0.1)
 //     WEIGHTSYNC_TIMEOUT_MS          I/O timeout on a stalled peer (default 10000)
+//     WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS  time a new connection has to authenticate (default 2000)
+//     WEIGHTSYNC_IDLE_TIMEOUT_MS     close authenticated connections silent this long (default 0: never)
+//     WEIGHTSYNC_LEASE_TIMEOUT_MS    age after which a lease may be taken back, any policy (default 60000)
 //     WEIGHTSYNC_CONNECT_TIMEOUT_MS  connect + handshake timeout (default 5000)
-//     WEIGHTSYNC_TRANSPORT           data transport: auto | verbs | ucx | shm | tcp (default auto)
-//     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
-//     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: INSECURE, any peer can read and write the trainer's memory (transports.md)
+//     WEIGHTSYNC_TRANSPORT           data transport: auto | verbs | ucx | cuda_ipc | shm | tcp
 //     WEIGHTSYNC_CHECKSUM            publisher computes xxHash3 per version: 0 | 1
 //     WEIGHTSYNC_DELTAS              publisher computes delta versions: 0 | 1
 //     WEIGHTSYNC_INTEGRITY           keyed version tags and sealed control frames (both sides): 0 | 1
 //     WEIGHTSYNC_ENCRYPTION          AES-128-GCM records on every TCP connection (both sides): 0 | 1
 //     WEIGHTSYNC_SIGNING_KEY         publisher: Ed25519 private key (PEM file) that signs every version
-//     WEIGHTSYNC_TRUSTED_KEY         subscriber: the trainer's Ed25519 public key (PEM file); verify signatures
+//     WEIGHTSYNC_TRUSTED_KEY         subscriber: the trainer's Ed25519 public key (PEM file) to check
 //     WEIGHTSYNC_SLOT_ALLOCATOR      who allocates the slots: auto | memfd | ucx (default auto)
-//     WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS  time a new connection has to authenticate (default 2000)
-//     WEIGHTSYNC_IDLE_TIMEOUT_MS     close authenticated connections silent this long (default 0: never)
-//     WEIGHTSYNC_LEASE_TIMEOUT_MS    age after which a lease may be taken back under any policy (default 60000)
-//     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace
+//   Read where they are used (reported, not options):
 //     WEIGHTSYNC_HOST_ID             which host this process counts as for shm/cuda_ipc (default:
 //                                    kernel boot id + network namespace); at most 64 of [A-Za-z0-9._:-]
+//     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
+//     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: INSECURE, any peer can read and write the trainer's memory
+//     WEIGHTSYNC_UCX_DIRECT          0: ucx subscribers read with ucp_get_nbx, not mapping the slots
+//     UCX_TLS                        UCX's own: the UCX transports it may use (default: all)
+//     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace (default warn)
 //   A malformed value is a kInvalidConfig error naming the variable.
 // - An empty secret means "no secret": the publisher then refuses to bind to a
 //   non-loopback address, and a subscriber with a secret refuses a publisher

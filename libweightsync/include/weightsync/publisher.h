@@ -43,6 +43,7 @@
 
 #include "weightsync/layout.h"
 #include "weightsync/options.h"
+#include "weightsync/settings.h"
 #include "weightsync/status.h"
 
 namespace weightsync {
@@ -162,6 +163,9 @@ class Publisher {
   std::size_t slot_count() const noexcept;
   // Who allocated the slots: "memfd" or "ucx" (PublisherOptions::slot_allocator).
   const std::string& slot_allocator() const noexcept;
+  // What create() resolved: every publisher setting with where it came from,
+  // as describe_settings() reports it (weightsync/settings.h).
+  std::vector<SettingReport> settings() const;
 
   // Copies each named tensor into a free slot and commits `version`. Every
   // tensor of the layout must be given exactly once with its exact size.

@@ -60,6 +60,7 @@
 #include "weightsync/layout.h"
 #include "weightsync/memory.h"
 #include "weightsync/options.h"
+#include "weightsync/settings.h"
 #include "weightsync/status.h"
 
 namespace weightsync {
@@ -236,6 +237,9 @@ class Subscriber {
   // control connection, and the data connection when it is tcp, carry
   // AES-GCM records; a same-host shm data path has no link to encrypt.
   bool encrypted() const noexcept;
+  // What connect() resolved: every subscriber setting with where it came
+  // from, as describe_settings() reports it (weightsync/settings.h).
+  std::vector<SettingReport> settings() const;
 
   // Newest committed version on the publisher; 0 if none yet.
   Result<std::uint64_t> latest_version();

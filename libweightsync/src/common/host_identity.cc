@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "common/env.h"
 #include "common/printable.h"
+#include "common/settings_table.h"
 
 namespace weightsync::detail {
 namespace {
@@ -26,7 +26,7 @@ std::string boot_id() {
 }  // namespace
 
 Result<std::string> host_identity() {
-  auto set = resolve_string(std::nullopt, "WEIGHTSYNC_HOST_ID", "");
+  auto set = resolve_setting<std::string>(SettingId::kHostId, std::nullopt);
   if (!set.ok()) return set.status();
   if (set->source != SettingSource::kDefault) {
     const std::string& id = set->value;

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/env.h"
+#include "common/settings_table.h"
 
 namespace weightsync {
 namespace {

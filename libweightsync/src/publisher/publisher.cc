@@ -10,7 +10,6 @@
 #include "auth/crypto.h"
 #include "auth/integrity.h"
 #include "common/checksum.h"
-#include "common/env.h"
 #include "common/host_identity.h"
 #include "common/log.h"
 #include "cuda/cuda_runtime.h"
@@ -20,6 +19,7 @@
 #include "net/unix_socket.h"
 #include "publisher/device_publish.h"
 #include "publisher/publisher_access.h"
+#include "publisher/publisher_settings.h"
 #include "publisher/served_transports.h"
 #include "publisher/server.h"
 #include "publisher/version_signer.h"
@@ -27,8 +27,6 @@
 #include "wire/frame.h"
 
 namespace weightsync {
-
-using detail::SettingSource;
 
 class Publisher::Impl {
  public:
@@ -38,12 +36,13 @@ class Publisher::Impl {
   std::string bind_host;
   std::uint16_t port = 0;
   bool checksums = false;
+  std::vector<SettingReport> settings;  // what create() resolved (settings())
   // The integrity layer: the key of the version tags (checksums are then tags).
   std::shared_ptr<const detail::VersionKey> version_key;
   std::unique_ptr<detail::SlotRing> ring;
   std::unique_ptr<detail::ServedTransports> transports;  // after ring: unregistered before the slots go
-  std::unique_ptr<detail::ViewRegistry> views;  // before server: outlives it
-  std::unique_ptr<detail::DeltaStore> deltas;   // likewise; after ring: stops before the slots go
+  std::unique_ptr<detail::ViewRegistry> views;           // before server: outlives it
+  std::unique_ptr<detail::DeltaStore> deltas;            // likewise; after ring: stops before the slots go
   std::unique_ptr<detail::VersionSigner> signer;  // likewise: signs (a key) or forwards (a relay) blocks
   std::unique_ptr<detail::PublisherServer> server;
   bool writer_open = false;
@@ -174,118 +173,38 @@ Publisher::~Publisher() {
 }
 
 Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, PublisherOptions options) try {
-  const bool cuda_slots = options.slot_memory == MemoryKind::kCuda;
-  if (cuda_slots) {
-    if (Status ready = detail::cuda_ready(); !ready.ok()) {
-      return Status(ErrorCode::kInvalidConfig,
-                    "PublisherOptions::slot_memory = kCuda: " + ready.message() + "; use host slots (kHost)");
-    }
-  } else if (options.slot_memory != MemoryKind::kHost) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "unknown slot memory kind " + std::to_string(static_cast<int>(options.slot_memory)));
-  }
-  auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
-  auto bind = detail::resolve_string(options.bind_address, "WEIGHTSYNC_BIND", "127.0.0.1");
-  auto timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
-  auto checksum = detail::resolve_bool(options.checksum, "WEIGHTSYNC_CHECKSUM", false);
-  auto allocator = detail::resolve_string(options.slot_allocator, "WEIGHTSYNC_SLOT_ALLOCATOR", "auto");
-  auto handshake_timeout =
-      detail::resolve_millis(options.handshake_timeout_ms, "WEIGHTSYNC_HANDSHAKE_TIMEOUT_MS", 2000);
-  auto idle_timeout =
-      detail::resolve_millis(options.idle_timeout_ms, "WEIGHTSYNC_IDLE_TIMEOUT_MS", 0, /*zero_allowed=*/true);
-  auto lease_timeout = detail::resolve_millis(options.lease_timeout_ms, "WEIGHTSYNC_LEASE_TIMEOUT_MS", 60000);
-  auto deltas = detail::resolve_bool(options.deltas, "WEIGHTSYNC_DELTAS", false);
-  auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
-  auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
-  auto signing_key = detail::resolve_string(options.signing_key, "WEIGHTSYNC_SIGNING_KEY", "");
-  for (const Status* s :
-       {&secret.status(), &bind.status(), &timeout.status(), &checksum.status(), &allocator.status(),
-        &handshake_timeout.status(), &idle_timeout.status(), &lease_timeout.status(), &deltas.status(),
-        &integrity.status(), &encryption.status(), &signing_key.status()}) {
-    if (!s->ok()) return *s;
-  }
-  if (encryption->value && secret->value.empty()) {
-    return Status(ErrorCode::kInvalidConfig,
-                  std::string("encryption (from ") + detail::to_string(encryption->source) +
-                      ") needs a secret: set WEIGHTSYNC_SECRET (or PublisherOptions::secret)");
-  }
-  if (encryption->value && !integrity->value) {
-    integrity->value = true;  // encryption implies the integrity layer
-    integrity->source = encryption->source;
-  }
-  if (allocator->value != "auto" && allocator->value != "memfd" && allocator->value != "ucx") {
-    return Status(ErrorCode::kInvalidConfig, "slot allocator '" + allocator->value + "' (from " +
-                                                 detail::to_string(allocator->source) +
-                                                 ") is not one of auto, memfd, ucx");
-  }
-  if (options.max_connections == 0 || options.max_handshakes == 0 ||
-      options.max_handshakes_per_address == 0) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "max_connections, max_handshakes and max_handshakes_per_address must each be at least 1");
-  }
+  auto resolved = detail::resolve_publisher_settings(options);
+  if (!resolved.ok()) return resolved.status();
+  const detail::PublisherSettings& settings = *resolved;
+  const bool cuda_slots = settings.cuda_slots;
   // Subscribers receive the layout in one reply frame; it must fit.
   if (layout.serialize().size() + 64 > detail::kMaxReplyPayload) {
     return Status(ErrorCode::kInvalidArgument, "the layout's encoding exceeds the protocol's " +
                                                    std::to_string(detail::kMaxReplyPayload) +
                                                    "-byte reply limit; use fewer tensors or shorter names");
   }
-  if (bind->value == "localhost") bind->value = "127.0.0.1";
-  if (secret->value.empty() && !detail::is_loopback_host(bind->value)) {
-    return Status(
-        ErrorCode::kInvalidConfig,
-        "refusing to listen on non-loopback address '" + bind->value +
-            "' without a secret: anyone on the network could read the weights. Set "
-            "WEIGHTSYNC_SECRET (or PublisherOptions::secret) on the publisher and every subscriber");
-  }
-
-  if (integrity->value) {
-    if (secret->value.empty()) {
-      return Status(ErrorCode::kInvalidConfig,
-                    std::string("integrity (from ") + detail::to_string(integrity->source) +
-                        ") needs a secret: set WEIGHTSYNC_SECRET (or PublisherOptions::secret)");
-    }
-    if (cuda_slots) {
-      return Status(ErrorCode::kInvalidConfig, "integrity needs host slots: the publisher computes its tags on the CPU");
-    }
-    checksum->value = true;  // the tags are the checksums
-  }
-  if (cuda_slots && checksum->value) {
-    return Status(ErrorCode::kInvalidConfig,
-                  std::string("checksums (from ") + detail::to_string(checksum->source) +
-                      ") need host slots: the publisher hashes slot bytes on the CPU; "
-                      "turn checksums off or use slot_memory = kHost");
-  }
-  std::shared_ptr<const detail::SigningKey> signer_key;
-  if (!signing_key->value.empty()) {
-    if (cuda_slots) {
-      return Status(ErrorCode::kInvalidConfig, "signatures need host slots: the publisher digests slot bytes "
-                                               "on the CPU (unset WEIGHTSYNC_SIGNING_KEY or use kHost slots)");
-    }
-    auto loaded = detail::SigningKey::load_pem_file(signing_key->value);
-    if (!loaded.ok()) {
-      return Status(loaded.status().code(), loaded.status().message() + " (from " +
-                                                std::string(detail::to_string(signing_key->source)) + ")");
-    }
-    signer_key = std::make_shared<const detail::SigningKey>(std::move(*loaded));
-  }
   auto impl = std::make_unique<Impl>(std::move(layout));
-  impl->checksums = checksum->value;
-  if (integrity->value) {
-    auto key = detail::derive_version_key(secret->value);
+  impl->checksums = settings.checksum.value;
+  impl->settings = settings.reports();
+  if (settings.integrity.value) {
+    auto key = detail::derive_version_key(settings.secret.value);
     if (!key.ok()) return key.status();
     impl->version_key = std::move(*key);
   }
-  impl->io_timeout_ms = timeout->value;
+  impl->io_timeout_ms = settings.io_timeout_ms.value;
   // Transports first: one may allocate the slots (WEIGHTSYNC_SLOT_ALLOCATOR=ucx).
-  if (auto host = detail::host_identity(); !host.ok()) return host.status();  // a malformed WEIGHTSYNC_HOST_ID
-  auto transports = detail::ServedTransports::prepare(
-      detail::ServeSettings{detail::is_loopback_host(bind->value), encryption->value, cuda_slots});
+  if (auto host = detail::host_identity(); !host.ok())
+    return host.status();  // a malformed WEIGHTSYNC_HOST_ID
+  auto transports = detail::ServedTransports::prepare(detail::ServeSettings{
+      detail::is_loopback_host(settings.bind_address.value), settings.encryption.value, cuda_slots});
   if (!transports.ok()) return transports.status();
   impl->transports = std::move(*transports);
   // Never a transport's allocator by default: UCX's shared-memory transports
   // map UCX-allocated slots read-write into every ucx subscriber.
-  const std::string allocator_choice =
-      cuda_slots ? "cuda" : allocator->value == "auto" ? "memfd" : allocator->value;
+  const std::string allocator_choice = cuda_slots ? "cuda"
+                                       : settings.slot_allocator.value == "auto"
+                                           ? "memfd"
+                                           : settings.slot_allocator.value;
   const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
   Result<detail::SlotAllocator> slot_allocator = stamps_allocator;
   if (allocator_choice == "cuda") {
@@ -294,35 +213,35 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
     slot_allocator = impl->transports->slot_allocator(allocator_choice, options.lock_memory);
     if (!slot_allocator.ok()) {
       return Status(ErrorCode::kInvalidConfig, "slot allocator '" + allocator_choice + "' (from " +
-                                                   detail::to_string(allocator->source) +
+                                                   detail::to_string(settings.slot_allocator.source) +
                                                    "): " + slot_allocator.status().message());
     }
   }
   auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
-                                       std::chrono::milliseconds(lease_timeout->value), *slot_allocator,
-                                       cuda_slots ? &stamps_allocator : nullptr);
+                                       std::chrono::milliseconds(settings.lease_timeout_ms.value),
+                                       *slot_allocator, cuda_slots ? &stamps_allocator : nullptr);
   if (!ring.ok()) return ring.status();
   impl->ring = std::move(*ring);
   if (Status started = impl->transports->start(*impl->ring); !started.ok()) return started;
 
-  auto listener = detail::listen_tcp(bind->value, options.port);
+  auto listener = detail::listen_tcp(settings.bind_address.value, options.port);
   if (!listener.ok()) return listener.status();
   auto port = detail::local_port(*listener);
   if (!port.ok()) return port.status();
-  impl->bind_host = bind->value;
+  impl->bind_host = settings.bind_address.value;
   impl->port = *port;
 
   detail::ServerConfig config;
-  config.secret = secret->value;
-  config.integrity = integrity->value;
-  config.encryption = encryption->value;
-  config.io_timeout_ms = timeout->value;
+  config.secret = settings.secret.value;
+  config.integrity = settings.integrity.value;
+  config.encryption = settings.encryption.value;
+  config.io_timeout_ms = settings.io_timeout_ms.value;
   config.max_connections = options.max_connections;
   config.max_handshakes = options.max_handshakes;
   config.max_handshakes_per_address = options.max_handshakes_per_address;
   // A peer never gets longer to authenticate than to answer any other message.
-  config.handshake_timeout_ms = std::min(handshake_timeout->value, timeout->value);
-  config.idle_timeout_ms = idle_timeout->value;
+  config.handshake_timeout_ms = std::min(settings.handshake_timeout_ms.value, settings.io_timeout_ms.value);
+  config.idle_timeout_ms = settings.idle_timeout_ms.value;
   detail::ServedState state;
   state.layout = &impl->layout;
   state.ring = impl->ring.get();
@@ -331,14 +250,16 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes(), impl->version_key);
   if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
   state.views = impl->views.get();
-  impl->signer = std::make_unique<detail::VersionSigner>(impl->layout, signer_key, options.slots + 2);
+  impl->signer =
+      std::make_unique<detail::VersionSigner>(impl->layout, settings.signer_key, options.slots + 2);
   impl->signer->start(impl->ring.get());
   state.signatures = impl->signer.get();
-  if (deltas->value) {
-    auto store = detail::DeltaStore::create(impl->layout, *impl->ring, options.delta_history, options.delta_level,
-                                            impl->version_key);
+  if (settings.deltas.value) {
+    auto store = detail::DeltaStore::create(impl->layout, *impl->ring, options.delta_history,
+                                            options.delta_level, impl->version_key);
     if (!store.ok()) {
-      return Status(store.status().code(), "deltas (from " + std::string(detail::to_string(deltas->source)) +
+      return Status(store.status().code(), "deltas (from " +
+                                               std::string(detail::to_string(settings.deltas.source)) +
                                                "): " + store.status().message());
     }
     impl->deltas = std::move(*store);
@@ -348,26 +269,17 @@ Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, Publis
   if (!server.ok()) return server.status();
   impl->server = std::move(*server);
 
-  if (secret->value.empty()) {
+  if (settings.secret.value.empty()) {
     WS_WARN(
         "publisher: no secret configured (WEIGHTSYNC_SECRET): listening on loopback {} only; "
         "set a secret to serve other hosts",
         impl->bind_host);
   }
   WS_INFO(
-      "publisher: {}:{} (bind from {}), {} slots x {} bytes (allocator {}, asked {} from {}), checksums {} "
-      "(from {}), deltas {} (from {}), integrity {} (from {}), encryption {} (from {}), signatures {} (from {}), "
-      "io timeout {} ms (from {}), auth {} (from {})",
-      impl->bind_host, impl->port, detail::to_string(bind->source), options.slots, impl->layout.total_bytes(),
-      impl->ring->allocator_name(), allocator->value, detail::to_string(allocator->source),
-      impl->checksums ? "on" : "off", detail::to_string(checksum->source), impl->deltas ? "on" : "off",
-      detail::to_string(deltas->source), impl->version_key ? "on" : "off", detail::to_string(integrity->source),
-      encryption->value ? "on" : "off", detail::to_string(encryption->source),
-      signer_key ? "key " + detail::short_hex(signer_key->key_id()) : std::string("off"),
-      detail::to_string(signing_key->source),
-      timeout->value,
-      detail::to_string(timeout->source), secret->value.empty() ? "off" : "on",
-      detail::to_string(secret->source));
+      "publisher: {}:{}, {} slots x {} bytes (allocator {}), signatures {}; settings: {}", impl->bind_host,
+      impl->port, options.slots, impl->layout.total_bytes(), impl->ring->allocator_name(),
+      settings.signer_key ? "key " + detail::short_hex(settings.signer_key->key_id()) : std::string("off"),
+      detail::settings_log_text(impl->settings));
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Publisher::create: ") + e.what());
@@ -391,6 +303,10 @@ std::size_t Publisher::slot_count() const noexcept {
 
 const std::string& Publisher::slot_allocator() const noexcept {
   return impl_->ring->allocator_name();
+}
+
+std::vector<SettingReport> Publisher::settings() const {
+  return impl_->settings;
 }
 
 std::uint64_t Publisher::latest_version() const noexcept {

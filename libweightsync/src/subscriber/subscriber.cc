@@ -10,12 +10,12 @@
 #include "auth/signing.h"
 #include "common/checksum.h"
 #include "common/deadline.h"
-#include "common/env.h"
 #include "common/log.h"
 #include "cuda/staging.h"
 #include "delta/delta_apply.h"
 #include "subscriber/control_client.h"
 #include "subscriber/negotiation.h"
+#include "subscriber/subscriber_settings.h"
 
 namespace weightsync {
 
@@ -54,8 +54,8 @@ struct PullPlan::State {
   MemoryKind kind = MemoryKind::kHost;
   bool partial = false;
   std::uint64_t bytes = 0;
-  std::vector<detail::ViewEntry> view;   // partial: the ranges in read order
-  std::uint32_t view_id = 0;             // registered with the publisher (checksums on)
+  std::vector<detail::ViewEntry> view;  // partial: the ranges in read order
+  std::uint32_t view_id = 0;            // registered with the publisher (checksums on)
   // Destination spans to register as wholes (partial: one per run of slices),
   // and the channel's registration generation they were last ensured at.
   std::vector<std::pair<void*, std::size_t>> spans;
@@ -83,8 +83,8 @@ class Subscriber::Impl {
   std::unique_ptr<detail::DataChannel> channel;
   std::size_t slot_count = 0;
   bool checksums = false;
-  bool streaming_offered = false;  // the publisher's tcp offer has kTcpFeatureStreaming
-  bool deltas_offered = false;     // SLOT_TABLE has kFeatureDeltas
+  bool streaming_offered = false;   // the publisher's tcp offer has kTcpFeatureStreaming
+  bool deltas_offered = false;      // SLOT_TABLE has kFeatureDeltas
   bool signatures_offered = false;  // SLOT_TABLE has kFeatureSignatures
   std::uint32_t delta_history = 0;  // the publisher's, from SLOT_TABLE (0: not advertised)
   // The integrity layer: the key of the version tags every pull verifies.
@@ -93,10 +93,11 @@ class Subscriber::Impl {
   // pull is checked against its signature; and this layout's SHA-256.
   std::optional<detail::VerifyKey> trusted_key;
   detail::Sha256Digest layout_sha{};
-  std::uint64_t last_refused_version = 0;  // its refusal was logged
+  std::uint64_t last_refused_version = 0;   // its refusal was logged
   detail::DeltaApplyBuffers delta_buffers;  // sized on the first delta pull
   std::vector<std::uint8_t> delta_bytes;
   SubscriberOptions options;
+  std::vector<SettingReport> settings;  // what connect() resolved (settings())
   int io_timeout_ms = 10000;
   std::uint64_t held_version = 0;
   Status sticky;
@@ -104,7 +105,8 @@ class Subscriber::Impl {
   // Pulls into CUDA memory over a channel that cannot write it: made on first use.
   std::unique_ptr<detail::StagingEngine> staging;
   // Views registered with the publisher, by a hash of their entries.
-  std::unordered_map<std::uint64_t, std::vector<std::pair<std::vector<detail::ViewEntry>, std::uint32_t>>> views;
+  std::unordered_map<std::uint64_t, std::vector<std::pair<std::vector<detail::ViewEntry>, std::uint32_t>>>
+      views;
 
   // Errors after which the connection's byte stream can no longer be trusted.
   static bool breaks_connection(const Status& s) {
@@ -219,19 +221,20 @@ class Subscriber::Impl {
         return Status(ErrorCode::kInvalidArgument, where + " has no destination, no length or no ranges");
       }
       if (slice.count > 1 && slice.stride < slice.length) {
-        return Status(ErrorCode::kInvalidArgument, where + ": stride " + std::to_string(slice.stride) +
-                                                       " is shorter than the range (" +
-                                                       std::to_string(slice.length) + " bytes): ranges overlap");
+        return Status(ErrorCode::kInvalidArgument,
+                      where + ": stride " + std::to_string(slice.stride) + " is shorter than the range (" +
+                          std::to_string(slice.length) + " bytes): ranges overlap");
       }
       const std::uint64_t dest_stride = slice.dest_stride == 0 ? slice.length : slice.dest_stride;
       std::uint64_t last = 0, end = 0, bytes = 0, dest_last = 0;
       if (__builtin_mul_overflow(slice.count - 1, slice.stride, &last) ||
-          __builtin_add_overflow(last, slice.offset, &last) || __builtin_add_overflow(last, slice.length, &end) ||
-          end > t->bytes || __builtin_mul_overflow(slice.count, slice.length, &bytes) ||
+          __builtin_add_overflow(last, slice.offset, &last) ||
+          __builtin_add_overflow(last, slice.length, &end) || end > t->bytes ||
+          __builtin_mul_overflow(slice.count, slice.length, &bytes) ||
           __builtin_mul_overflow(slice.count - 1, dest_stride, &dest_last) ||
           __builtin_add_overflow(total, bytes, &total)) {
-        return Status(ErrorCode::kInvalidArgument, where + " reaches past the tensor's " +
-                                                       std::to_string(t->bytes) + " bytes");
+        return Status(ErrorCode::kInvalidArgument,
+                      where + " reaches past the tensor's " + std::to_string(t->bytes) + " bytes");
       }
       if (slice.count > 1 && dest_stride < slice.length) {
         return Status(ErrorCode::kInvalidArgument, where + ": dest_stride is shorter than the range");
@@ -244,17 +247,17 @@ class Subscriber::Impl {
         out.view.push_back(detail::ViewEntry{offset, bytes, 1, 0});
       } else {
         for (std::uint64_t i = 0; i < slice.count; ++i) {
-          out.pieces.push_back(detail::ReadPiece{offset + i * slice.stride, slice.length, dest + i * dest_stride});
+          out.pieces.push_back(
+              detail::ReadPiece{offset + i * slice.stride, slice.length, dest + i * dest_stride});
         }
         out.view.push_back(detail::ViewEntry{offset, slice.length, slice.count, slice.stride});
       }
       out.spans.emplace_back(dest, static_cast<std::size_t>(dest_last + slice.length));
     }
     if (total > layout.payload_bytes()) {
-      return Status(ErrorCode::kInvalidArgument, "the slices name " + std::to_string(total) +
-                                                     " bytes, more than the layout's " +
-                                                     std::to_string(layout.payload_bytes()) +
-                                                     ": name each byte once");
+      return Status(ErrorCode::kInvalidArgument,
+                    "the slices name " + std::to_string(total) + " bytes, more than the layout's " +
+                        std::to_string(layout.payload_bytes()) + ": name each byte once");
     }
     out.bytes = total;
     merge_spans(out.spans);
@@ -343,9 +346,10 @@ class Subscriber::Impl {
   // publisher says the version is not signed yet, up to the I/O timeout.
   Result<std::vector<std::uint8_t>> fetch_signature(std::uint64_t version) {
     if (!signatures_offered) {  // never sent: a publisher before signatures would close the connection
-      return Status(ErrorCode::kInvalidConfig,
-                    "this publisher serves no signatures (its trainer runs without WEIGHTSYNC_SIGNING_KEY, or it "
-                    "predates signatures)");
+      return Status(
+          ErrorCode::kInvalidConfig,
+          "this publisher serves no signatures (its trainer runs without WEIGHTSYNC_SIGNING_KEY, or it "
+          "predates signatures)");
     }
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms);
     auto pause = std::chrono::milliseconds(1);
@@ -353,8 +357,9 @@ class Subscriber::Impl {
       auto block = note(control.fetch_signature(version));
       if (block.ok() || block.status().code() != ErrorCode::kNotReady) return block;
       if (std::chrono::steady_clock::now() + pause >= end) {
-        return Status(ErrorCode::kTimeout, "the publisher had no signature for version " + std::to_string(version) +
-                                               " within " + std::to_string(io_timeout_ms) +
+        return Status(ErrorCode::kTimeout, "the publisher had no signature for version " +
+                                               std::to_string(version) + " within " +
+                                               std::to_string(io_timeout_ms) +
                                                " ms (is the trainer's signer keeping up? see its "
                                                "PublisherStats::versions_unsigned)");
       }
@@ -375,12 +380,14 @@ class Subscriber::Impl {
                         "); this subscriber accepts only signed versions (WEIGHTSYNC_TRUSTED_KEY): start the "
                         "trainer with WEIGHTSYNC_SIGNING_KEY, through relays of this release or later");
     }
-    auto block = detail::SignatureBlock::decode(*bytes, layout.payload_bytes() / detail::kMinSignatureChunkBytes + 1);
+    auto block =
+        detail::SignatureBlock::decode(*bytes, layout.payload_bytes() / detail::kMinSignatureChunkBytes + 1);
     if (!block.ok()) {
       return Status(ErrorCode::kAuthFailed, "version " + std::to_string(version) + " came with " +
                                                 block.status().message() + ": refused");
     }
-    if (Status s = detail::verify_statement(*trusted_key, *block, version, layout_sha, layout.payload_bytes());
+    if (Status s =
+            detail::verify_statement(*trusted_key, *block, version, layout_sha, layout.payload_bytes());
         !s.ok()) {
       return s;
     }
@@ -422,8 +429,10 @@ class Subscriber::Impl {
     const auto end = std::chrono::steady_clock::now() + timeout;
     std::uint64_t latest = 0;
     for (bool first = true;; first = false) {
-      if (cancel.active() && cancel.requested()) return cancelled("waiting for a version newer than", newer_than);
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (cancel.active() && cancel.requested())
+        return cancelled("waiting for a version newer than", newer_than);
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
       if (left.count() <= 0 && !first) break;  // under a millisecond left: no query that cannot wait
       left = std::max(left, std::chrono::milliseconds(0));
       if (cancel.active()) left = std::min(left, kCancelPollInterval);
@@ -435,14 +444,13 @@ class Subscriber::Impl {
       if (std::chrono::steady_clock::now() >= end) break;
     }
     return Status(ErrorCode::kTimeout, "no version newer than " + std::to_string(newer_than) + " within " +
-                                           std::to_string(timeout.count()) + " ms (latest: " +
-                                           std::to_string(latest) + ")");
+                                           std::to_string(timeout.count()) +
+                                           " ms (latest: " + std::to_string(latest) + ")");
   }
 
   static Status cancelled(const char* what, std::uint64_t version) {
-    return Status(ErrorCode::kCancelled,
-                  std::string("cancelled while ") + what + " " + std::to_string(version) +
-                      " (the subscriber is still usable)");
+    return Status(ErrorCode::kCancelled, std::string("cancelled while ") + what + " " +
+                                             std::to_string(version) + " (the subscriber is still usable)");
   }
 
   // Registers a prepared plan's spans again after release_memory().
@@ -488,9 +496,10 @@ class Subscriber::Impl {
       }
     }
     // ACQUIRE_VIEW only where needed: ACQUIRE works with publishers before it.
-    auto lease = exact || pulled.view_id != 0
-                     ? note(control.acquire_view(exact ? *pull_options.version : newer_than, exact, pulled.view_id))
-                     : note(control.acquire(newer_than, streaming() && !staged && !pulled.partial));
+    auto lease =
+        exact || pulled.view_id != 0
+            ? note(control.acquire_view(exact ? *pull_options.version : newer_than, exact, pulled.view_id))
+            : note(control.acquire(newer_than, streaming() && !staged && !pulled.partial));
     if (!lease.ok()) return lease.status();
     if (lease->slot >= slot_count) {
       Status bad(ErrorCode::kProtocolError, "publisher leased slot " + std::to_string(lease->slot) + " of " +
@@ -510,7 +519,8 @@ class Subscriber::Impl {
       note_status(bad);
       return bad;
     }
-    const bool hashing = lease->has_checksum && options.verify_checksum && (!pulled.partial || pulled.view_id != 0);
+    const bool hashing =
+        lease->has_checksum && options.verify_checksum && (!pulled.partial || pulled.view_id != 0);
     detail::ReadRequest request;
     request.lease_id = lease->lease_id;
     request.slot = lease->slot;
@@ -557,7 +567,8 @@ class Subscriber::Impl {
   // in pieces, each only below the watermark the publisher reported, then
   // require that the same slot holds the leased version committed and the
   // lease was never revoked, then verify the committed checksum.
-  Result<PullResult> attempt_streaming(const detail::LeaseMsg& lease, const std::vector<detail::ReadPiece>& plan,
+  Result<PullResult> attempt_streaming(const detail::LeaseMsg& lease,
+                                       const std::vector<detail::ReadPiece>& plan,
                                        const PullOptions& pull_options, detail::StreamHasher& hasher) {
     std::uint64_t received = 0;
     const std::uint64_t total = layout.payload_bytes();
@@ -579,9 +590,9 @@ class Subscriber::Impl {
       if (pull_options.on_progress) pull_options.on_progress(received, total);
     };
     Status failure;
-    std::size_t next = 0;        // the plan piece being read
+    std::size_t next = 0;          // the plan piece being read
     std::uint64_t piece_done = 0;  // of it, bytes already read
-    std::uint64_t pos = 0;       // every plan byte below this slot offset was read
+    std::uint64_t pos = 0;         // every plan byte below this slot offset was read
     while (pos < end && failure.ok()) {
       auto mark = control.wait_watermark(lease.lease_id, pos + 1);
       if (!mark.ok()) {
@@ -615,7 +626,8 @@ class Subscriber::Impl {
         note_status(stamp_after.status(), stamp_after.status().code() != ErrorCode::kVersionRevoked);
         failure = stamp_after.status();
       } else if (*stamp_after != lease.stamp && *stamp_after != (lease.version << 1)) {
-        failure = Status(ErrorCode::kVersionRevoked, "slot of in-progress version " + std::to_string(lease.version) +
+        failure = Status(ErrorCode::kVersionRevoked, "slot of in-progress version " +
+                                                         std::to_string(lease.version) +
                                                          " was rewritten during the read (discarded)");
       }
     }
@@ -664,51 +676,19 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
                                                         SubscriberOptions options) try {
   auto target = detail::parse_host_port(address);
   if (!target.ok()) return target.status();
-  auto secret = detail::resolve_string(options.secret, "WEIGHTSYNC_SECRET", "");
-  auto connect_timeout =
-      detail::resolve_millis(options.connect_timeout_ms, "WEIGHTSYNC_CONNECT_TIMEOUT_MS", 5000);
-  auto io_timeout = detail::resolve_millis(options.io_timeout_ms, "WEIGHTSYNC_TIMEOUT_MS", 10000);
-  auto transport = detail::resolve_string(options.transport, "WEIGHTSYNC_TRANSPORT", "auto");
-  auto integrity = detail::resolve_bool(options.integrity, "WEIGHTSYNC_INTEGRITY", false);
-  auto encryption = detail::resolve_bool(options.encryption, "WEIGHTSYNC_ENCRYPTION", false);
-  auto trusted_key = detail::resolve_string(options.trusted_key, "WEIGHTSYNC_TRUSTED_KEY", "");
-  for (const Status* s : {&secret.status(), &connect_timeout.status(), &io_timeout.status(), &transport.status(),
-                          &integrity.status(), &encryption.status(), &trusted_key.status()}) {
-    if (!s->ok()) return *s;
-  }
-  std::optional<detail::VerifyKey> verify_key;
-  if (!trusted_key->value.empty()) {
-    auto loaded = detail::VerifyKey::load_pem_file(trusted_key->value);
-    if (!loaded.ok()) {
-      return Status(loaded.status().code(), loaded.status().message() + " (from " +
-                                                std::string(detail::to_string(trusted_key->source)) + ")");
-    }
-    verify_key = std::move(*loaded);
-  }
-  if (encryption->value && !integrity->value) {
-    integrity->value = true;  // encryption implies the integrity layer
-    integrity->source = encryption->source;
-  }
+  auto resolved = detail::resolve_subscriber_settings(options);
+  if (!resolved.ok()) return resolved.status();
+  detail::SubscriberSettings& settings = *resolved;
   std::shared_ptr<const detail::VersionKey> version_key;
-  if (integrity->value) {
-    if (secret->value.empty()) {
-      return Status(ErrorCode::kInvalidConfig,
-                    std::string(encryption->value ? "encryption" : "integrity") + " (from " +
-                        detail::to_string(integrity->source) + ") needs a secret: set WEIGHTSYNC_SECRET on both sides");
-    }
-    auto key = detail::derive_version_key(secret->value);
+  if (settings.integrity.value) {
+    auto key = detail::derive_version_key(settings.secret.value);
     if (!key.ok()) return key.status();
     version_key = std::move(*key);
     options.verify_checksum = true;
   }
-  if (options.staging_chunks < 2 || options.staging_chunk_bytes < (64u << 10)) {
-    return Status(ErrorCode::kInvalidConfig, "staging needs at least 2 chunks of at least 64 KiB (got " +
-                                                 std::to_string(options.staging_chunks) + " x " +
-                                                 std::to_string(options.staging_chunk_bytes) + " bytes)");
-  }
-  auto control = detail::ControlClient::connect(*target, secret->value, options.client_name,
-                                                connect_timeout->value, io_timeout->value, integrity->value,
-                                                encryption->value);
+  auto control = detail::ControlClient::connect(
+      *target, settings.secret.value, options.client_name, settings.connect_timeout_ms.value,
+      settings.io_timeout_ms.value, settings.integrity.value, settings.encryption.value);
   if (!control.ok()) return control.status();
   auto layout = control->get_layout();
   if (!layout.ok()) return layout.status();
@@ -722,20 +702,20 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
   const std::uint64_t session = control->session_id();
   auto impl = std::make_unique<Impl>(std::move(*control), std::move(*layout));
   detail::NegotiationInput negotiation;
-  negotiation.requested = transport->value;
+  negotiation.requested = settings.transport.value;
   negotiation.offers = table->transports;
   negotiation.publisher = *target;
-  negotiation.secret = secret->value;
+  negotiation.secret = settings.secret.value;
   negotiation.session_id = session;
   negotiation.client_name = options.client_name;
-  negotiation.connect_timeout_ms = connect_timeout->value;
+  negotiation.connect_timeout_ms = settings.connect_timeout_ms.value;
   negotiation.slot_count = table->slot_count;
   negotiation.slot_bytes = table->slot_bytes;
   negotiation.exchange = [control = &impl->control](const std::string& name,
                                                     const std::vector<std::uint8_t>& blob) {
     return control->transport_connect(name, blob);
   };
-  negotiation.encryption = encryption->value;
+  negotiation.encryption = settings.encryption.value;
   auto channel = detail::negotiate_transport(negotiation);
   if (!channel.ok()) return channel.status();
   impl->channel = std::move(*channel);
@@ -745,26 +725,30 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     return Status(ErrorCode::kProtocolError, "the publisher agreed to integrity but serves no version tags");
   }
   impl->version_key = std::move(version_key);
-  if (verify_key) {
-    impl->trusted_key = std::move(verify_key);
+  if (settings.verify_key) {
+    impl->trusted_key = std::move(settings.verify_key);
     impl->layout_sha = detail::layout_digest(impl->layout);
   }
   impl->deltas_offered = (table->features & detail::kFeatureDeltas) != 0;
   impl->signatures_offered = (table->features & detail::kFeatureSignatures) != 0;
-  impl->delta_history = (table->features >> detail::kFeatureDeltaHistoryShift) & detail::kFeatureDeltaHistoryMask;
+  impl->delta_history =
+      (table->features >> detail::kFeatureDeltaHistoryShift) & detail::kFeatureDeltaHistoryMask;
   for (const auto& offer : table->transports) {
     if (offer.name != "tcp") continue;
     auto tcp = detail::TcpOffer::decode(offer.blob);  // a malformed one: no features
     impl->streaming_offered = tcp.ok() && (tcp->features & detail::kTcpFeatureStreaming) != 0;
   }
-  impl->io_timeout_ms = io_timeout->value;
+  impl->io_timeout_ms = settings.io_timeout_ms.value;
   impl->options = std::move(options);
-  WS_INFO("subscriber: connected to {} (transport {} from {}; {} slots x {} bytes; checksums {}; encryption {}; "
-          "signatures {})",
-          address, impl->channel->name(), detail::to_string(transport->source), impl->slot_count,
-          impl->layout.total_bytes(), impl->checksums ? "on" : "off", encryption->value ? "on" : "off",
-          impl->trusted_key ? "checked against key " + detail::short_hex(impl->trusted_key->key_id())
-                            : std::string("not checked"));
+  impl->settings = settings.reports();
+  WS_INFO(
+      "subscriber: connected to {} (transport {}; {} slots x {} bytes; checksums {}; signatures {}); "
+      "settings: {}",
+      address, impl->channel->name(), impl->slot_count, impl->layout.total_bytes(),
+      impl->checksums ? "on" : "off",
+      impl->trusted_key ? "checked against key " + detail::short_hex(impl->trusted_key->key_id())
+                        : std::string("not checked"),
+      detail::settings_log_text(impl->settings));
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::connect: ") + e.what());
@@ -805,6 +789,9 @@ bool Subscriber::publisher_checksums() const noexcept {
 bool Subscriber::publisher_deltas() const noexcept {
   return impl_->deltas_offered;
 }
+std::vector<SettingReport> Subscriber::settings() const {
+  return impl_->settings;
+}
 bool Subscriber::encrypted() const noexcept {
   return impl_->control.encrypted();
 }
@@ -837,14 +824,14 @@ Result<std::vector<std::uint8_t>> Subscriber::signature_block(std::uint64_t vers
   return Status(ErrorCode::kInternal, std::string("Subscriber::signature_block: ") + e.what());
 }
 
-Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than, std::chrono::milliseconds timeout,
+Result<std::uint64_t> Subscriber::wait_for_version(std::uint64_t newer_than,
+                                                   std::chrono::milliseconds timeout,
                                                    const Cancellation& cancel) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
   return impl_->wait_newer(newer_than, timeout, cancel);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::wait_for_version: ") + e.what());
 }
-
 
 Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptions& pull_options) {
   const auto start = std::chrono::steady_clock::now();
@@ -853,7 +840,8 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
     if (Status s = ensure_staging(); !s.ok()) return s;
   }
   const bool exact = pull_options.version.has_value();
-  if (exact && *pull_options.version == 0) return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
+  if (exact && *pull_options.version == 0)
+    return Status(ErrorCode::kInvalidArgument, "version 0 is never published");
   if (trusted_key && (plan.partial || plan.kind != MemoryKind::kHost)) {
     return Status(ErrorCode::kInvalidArgument,
                   std::string("a ") + (plan.partial ? "partial pull" : "pull into CUDA memory") +
@@ -861,7 +849,8 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
                       "memory): pull whole versions into host memory, or unset WEIGHTSYNC_TRUSTED_KEY");
   }
   // What "newer" means: newer than held_version(), or (exact) reaching the version.
-  const std::uint64_t newer_than = exact ? *pull_options.version - 1 : pull_options.newer_than.value_or(held_version);
+  const std::uint64_t newer_than =
+      exact ? *pull_options.version - 1 : pull_options.newer_than.value_or(held_version);
   // A wait too long for the clock never ends: the pull waits as long as the
   // connection lives, one bounded query at a time.
   const auto wait_until = detail::wait_end(start, pull_options.wait);
@@ -870,12 +859,11 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
   std::chrono::steady_clock::duration waited{0};
   const Cancellation& cancel = pull_options.cancel;
   bool delta_fell_back = false;
-  if (pull_options.delta_base && deltas_offered && !exact && !plan.partial && plan.kind == MemoryKind::kHost &&
-      *pull_options.delta_base > 0) {
+  if (pull_options.delta_base && deltas_offered && !exact && !plan.partial &&
+      plan.kind == MemoryKind::kHost && *pull_options.delta_base > 0) {
     // Only once a newer version exists: the wait is the pull's.
-    auto latest = pull_options.wait.count() > 0
-                      ? wait_newer(newer_than, pull_options.wait, cancel)
-                      : note(control.query_version(newer_than, 0, false));
+    auto latest = pull_options.wait.count() > 0 ? wait_newer(newer_than, pull_options.wait, cancel)
+                                                : note(control.query_version(newer_than, 0, false));
     if (!latest.ok()) {
       if (latest.status().code() == ErrorCode::kTimeout) {
         return Status(ErrorCode::kNotReady, latest.status().message());
@@ -900,7 +888,8 @@ Result<PullResult> Subscriber::Impl::pull(PullPlan::State& plan, const PullOptio
     }
     if (result.ok()) {
       result->wait_seconds = std::chrono::duration<double>(waited).count();
-      result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
+      result->seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start - waited).count();
       held_version = result->version;
       ++stats.pulls;
       ++stats.delta_pulls;
@@ -971,7 +960,8 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
   request.max_bytes = plan.bytes;  // what the full pull moves
   request.wait_ms = detail::kMaxDeltaWaitMs;
   if (request.at_least <= request.have) {
-    return Status(ErrorCode::kNotReady, "the destination already holds version " + std::to_string(request.have));
+    return Status(ErrorCode::kNotReady,
+                  "the destination already holds version " + std::to_string(request.have));
   }
   auto chain = note(control.fetch_delta(request, delta_bytes));
   if (!chain.ok()) return chain.status();
@@ -983,8 +973,9 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
                                                : detail::kMaxDeltaChainApplied;
   if (links > most) {
     return Status(ErrorCode::kProtocolError,
-                  "the publisher sent a chain of " + std::to_string(links) + " deltas; at most " + std::to_string(most) +
-                      " are applied (its delta_history is " + std::to_string(delta_history) + ", the bound " +
+                  "the publisher sent a chain of " + std::to_string(links) + " deltas; at most " +
+                      std::to_string(most) + " are applied (its delta_history is " +
+                      std::to_string(delta_history) + ", the bound " +
                       std::to_string(detail::kMaxDeltaChainApplied) + "): pulling in full");
   }
   if (pull_options.on_start) pull_options.on_start(chain->links.back().to, false);
@@ -992,9 +983,11 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
   const auto apply_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms);
   const Cancellation& cancel = pull_options.cancel;
   const auto before_link = [&](std::size_t link) -> Status {
-    if (cancel.active() && cancel.requested()) return cancelled("applying deltas for a version newer than", newer_than);
+    if (cancel.active() && cancel.requested())
+      return cancelled("applying deltas for a version newer than", newer_than);
     if (std::chrono::steady_clock::now() > apply_until) {
-      return Status(ErrorCode::kTimeout, "applying " + std::to_string(links) + " deltas took longer than the I/O timeout (" +
+      return Status(ErrorCode::kTimeout, "applying " + std::to_string(links) +
+                                             " deltas took longer than the I/O timeout (" +
                                              std::to_string(link) + " applied): pulling in full");
     }
     return Status();
@@ -1006,7 +999,8 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
   if (*sum != last.checksum) {
     return Status(ErrorCode::kChecksumMismatch,
                   "version " + std::to_string(last.to) + " rebuilt from deltas from version " +
-                      std::to_string(request.have) + " does not match its checksum (the destination did not hold " +
+                      std::to_string(request.have) +
+                      " does not match its checksum (the destination did not hold " +
                       "that version, or the bytes were changed in transit)");
   }
   PullResult out;
@@ -1059,14 +1053,16 @@ Result<PullResult> Subscriber::pull(const PullPlan& plan, const PullOptions& opt
 
 Status Subscriber::register_memory(void* base, std::size_t bytes) try {
   if (!impl_->sticky.ok()) return impl_->sticky;
-  if (base == nullptr || bytes == 0) return Status(ErrorCode::kInvalidArgument, "register_memory: empty region");
+  if (base == nullptr || bytes == 0)
+    return Status(ErrorCode::kInvalidArgument, "register_memory: empty region");
   return impl_->channel->register_region(base, bytes);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Subscriber::register_memory: ") + e.what());
 }
 
 Status Subscriber::release_memory(void* base, std::size_t bytes) try {
-  if (base == nullptr || bytes == 0) return Status(ErrorCode::kInvalidArgument, "release_memory: empty region");
+  if (base == nullptr || bytes == 0)
+    return Status(ErrorCode::kInvalidArgument, "release_memory: empty region");
   const std::size_t dropped = impl_->channel->release_region(base, bytes);
   WS_DEBUG("subscriber: released {} registration(s) in [{}, +{})", dropped, base, bytes);
   return Status();
