@@ -48,9 +48,7 @@ int run_fanout_relay(const std::string& upstream, const std::string& bind, const
       in >> version >> timeout_ms;
       if (!io.write_line("WAITING " + std::to_string(version))) return 1;
       auto held = (*relay)->wait_for_version(version - 1, std::chrono::milliseconds(timeout_ms));
-      const std::int64_t held_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now().time_since_epoch())
-                                       .count();
+      const std::int64_t held_ns = monotonic_ns();
       if (!held.ok()) {
         reply = error_line("relay waiting for version " + std::to_string(version) + ": " +
                            held.status().to_string() + " (relay: " + (*relay)->stats().error + ")");
@@ -61,9 +59,7 @@ int run_fanout_relay(const std::string& upstream, const std::string& bind, const
         reply = "HELD " + std::to_string(version) + " " + std::to_string(held_ns);
       }
     } else if (command == "CPU") {
-      std::ostringstream out;
-      out << "CPU " << process_cpu_seconds();
-      reply = out.str();
+      reply = cpu_line();
     } else if (command == "QUIT") {
       return 0;
     } else {

@@ -13,21 +13,6 @@
 #include "weightsync/weightsync.h"
 
 namespace wsbench {
-namespace {
-
-std::int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string cpu_line() {
-  std::ostringstream out;
-  out << "CPU " << process_cpu_seconds();
-  return out.str();
-}
-
-}  // namespace
 
 int run_fanout_publisher(const std::string& bind, std::uint64_t size) {
   wsutil::LineStream io(0, 1);

@@ -26,12 +26,6 @@ namespace {
 
 constexpr std::size_t kChunk = 4u << 20;
 
-std::int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool parse_address(const std::string& text, sockaddr_in* out) {
   const auto colon = text.rfind(':');
   std::memset(out, 0, sizeof(*out));
@@ -47,12 +41,6 @@ void set_timeouts(int fd) {
   timeval tv{60, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-std::string cpu_line() {
-  std::ostringstream out;
-  out << "CPU " << process_cpu_seconds();
-  return out.str();
 }
 
 // Serves CPU / QUIT / unknown; returns false to exit.

@@ -21,12 +21,6 @@
 namespace wsbench {
 namespace {
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // A cache-resident floating-point loop: the trainer's compute, which readers
 // should not slow down. passes() counts completed passes.
 class ComputeLoop {
@@ -185,7 +179,7 @@ int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config
           if (ok) copy_s = published->copy_seconds;
           if (!ok) error = "publish: " + published.status().to_string();
         }
-        cell.commit_ns = now_ns();
+        cell.commit_ns = monotonic_ns();
         cell.cpu_at_commit = process_cpu_seconds();
         cell.compute_cpu_at_commit = compute ? compute->cpu_seconds() : 0.0;
         cell.passes_at_commit = compute ? compute->passes() : 0;
@@ -200,7 +194,7 @@ int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config
     } else if (command == "SERVED") {
       const double cpu = process_cpu_seconds() - cell.cpu_at_commit;
       const double compute_cpu = compute ? compute->cpu_seconds() - cell.compute_cpu_at_commit : 0.0;
-      const double seconds = static_cast<double>(now_ns() - cell.commit_ns) * 1e-9;
+      const double seconds = static_cast<double>(monotonic_ns() - cell.commit_ns) * 1e-9;
       const double rate = compute && seconds > 0
                               ? static_cast<double>(compute->passes() - cell.passes_at_commit) / seconds
                               : 0.0;

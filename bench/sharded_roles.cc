@@ -16,12 +16,6 @@
 namespace wsbench {
 namespace {
 
-std::int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // dst[i] = first + i (mod 2^32): one contiguous run of the pattern.
 void fill_run(std::uint32_t* dst, std::uint64_t n, std::uint32_t first) {
   for (std::uint64_t i = 0; i < n; ++i) dst[i] = first + static_cast<std::uint32_t>(i);
