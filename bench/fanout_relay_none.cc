@@ -2,7 +2,7 @@
 // (weightsync/relay.h): tree and chain topologies are reported as not built.
 #include "fanout.h"
 #include "line_stream.h"
-#include "role_support.h"
+#include "role_loop.h"
 
 namespace wsbench {
 
@@ -15,8 +15,7 @@ int run_fanout_relay(const std::string&, const std::string&, const std::string&,
   wsutil::LineStream io(0, 1);
   std::string why;
   fanout_relays_built(&why);
-  io.write_line(error_line(why));
-  return 1;
+  return startup_error(io, why);
 }
 
 }  // namespace wsbench

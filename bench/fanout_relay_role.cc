@@ -4,10 +4,12 @@
 // (Relay::wait_for_version); the bytes it forwards are checked by the leaf
 // subscribers below it (every relay in a tree or chain has one).
 #include <chrono>
+#include <optional>
 #include <sstream>
 
 #include "fanout.h"
 #include "line_stream.h"
+#include "role_loop.h"
 #include "role_support.h"
 #include "weightsync/relay.h"
 #include "weightsync/weightsync.h"
@@ -18,6 +20,29 @@ bool fanout_relays_built(std::string* why) {
   why->clear();
   return true;
 }
+
+namespace {
+
+// PULL <v> <timeout_ms> -> WAITING <v>, then HELD <v> <held_ns> once the relay holds v.
+std::optional<std::string> pull(RoleLoop& loop, weightsync::Relay& relay, std::istringstream& in) {
+  std::uint64_t version = 0;
+  long long timeout_ms = 60000;
+  in >> version >> timeout_ms;
+  if (!loop.send("WAITING " + std::to_string(version))) return std::nullopt;
+  auto held = relay.wait_for_version(version - 1, std::chrono::milliseconds(timeout_ms));
+  const std::int64_t held_ns = monotonic_ns();
+  if (!held.ok()) {
+    return error_line("relay waiting for version " + std::to_string(version) + ": " +
+                      held.status().to_string() + " (relay: " + relay.stats().error + ")");
+  }
+  if (*held != version) {
+    return error_line("relay holds version " + std::to_string(*held) + ", expected " +
+                      std::to_string(version));
+  }
+  return "HELD " + std::to_string(version) + " " + std::to_string(held_ns);
+}
+
+}  // namespace
 
 int run_fanout_relay(const std::string& upstream, const std::string& bind, const std::string& transport,
                      bool pipelined, std::uint64_t chunk_bytes) {
@@ -30,47 +55,11 @@ int run_fanout_relay(const std::string& upstream, const std::string& bind, const
   options.pipelined = pipelined;
   if (chunk_bytes > 0) options.chunk_bytes = chunk_bytes;
   auto relay = weightsync::Relay::create(options);
-  if (!relay.ok()) {
-    io.write_line(error_line("relay from " + upstream + ": " + relay.status().to_string()));
-    return 1;
-  }
-  if (!io.write_line("READY " + (*relay)->address())) return 1;
-  for (;;) {
-    auto line = io.read_line(std::chrono::hours(24));
-    if (!line) return 0;
-    std::istringstream in(*line);
-    std::string command;
-    in >> command;
-    std::string reply;
-    if (command == "PULL") {
-      std::uint64_t version = 0;
-      long long timeout_ms = 60000;
-      in >> version >> timeout_ms;
-      if (!io.write_line("WAITING " + std::to_string(version))) return 1;
-      auto held = (*relay)->wait_for_version(version - 1, std::chrono::milliseconds(timeout_ms));
-      const std::int64_t held_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now().time_since_epoch())
-                                       .count();
-      if (!held.ok()) {
-        reply = error_line("relay waiting for version " + std::to_string(version) + ": " +
-                           held.status().to_string() + " (relay: " + (*relay)->stats().error + ")");
-      } else if (*held != version) {
-        reply = error_line("relay holds version " + std::to_string(*held) + ", expected " +
-                           std::to_string(version));
-      } else {
-        reply = "HELD " + std::to_string(version) + " " + std::to_string(held_ns);
-      }
-    } else if (command == "CPU") {
-      std::ostringstream out;
-      out << "CPU " << process_cpu_seconds();
-      reply = out.str();
-    } else if (command == "QUIT") {
-      return 0;
-    } else {
-      reply = error_line("unknown command '" + command + "'");
-    }
-    if (!io.write_line(reply)) return 1;
-  }
+  if (!relay.ok()) return startup_error(io, "relay from " + upstream + ": " + relay.status().to_string());
+  RoleLoop loop(io);
+  loop.on("PULL", [&](std::istringstream& in) { return pull(loop, **relay, in); });
+  loop.on("CPU", [](std::istringstream&) { return cpu_line(); });
+  return loop.ready_then_run((*relay)->address());
 }
 
 }  // namespace wsbench

@@ -1,16 +1,14 @@
 // run_fanout(): makes the test bed (N+1 hosts), measures iperf3 once, then per
 // size the raw stream, MPI_Bcast and every topology on the same links, and
 // writes the report. The bed is removed on every way out.
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <random>
-#include <thread>
 
 #include "fanout_testbed.h"
 #include "fanout_topology.h"
+#include "machine.h"
 
 namespace wsbench {
 namespace {
@@ -28,22 +26,6 @@ std::string size_label(std::uint64_t bytes) {
   if (bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + "MiB";
   if (bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + "KiB";
   return std::to_string(bytes) + "B";
-}
-
-std::string describe_machine() {
-  utsname u{};
-  ::uname(&u);
-  std::string cpu = "?";
-  std::ifstream info("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(info, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  return std::string(u.sysname) + " " + u.release + ", " +
-         std::to_string(std::thread::hardware_concurrency()) + " cores (" + cpu + ")";
 }
 
 bool wanted(const std::vector<std::string>& list, const std::string& name) {
@@ -64,7 +46,7 @@ int run_fanout(const FanoutConfig& config) {
   }
   FanoutReport report;
   report.config = config;
-  report.machine = describe_machine();
+  report.machine = describe_machine(MemoryShown::kNo);
   const int hosts = config.subscribers + 1;
   {
     TestBed bed(config.testbed_script, &report.commands);

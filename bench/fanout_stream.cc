@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -19,18 +20,13 @@
 
 #include "fanout.h"
 #include "line_stream.h"
+#include "role_loop.h"
 #include "role_support.h"
 
 namespace wsbench {
 namespace {
 
 constexpr std::size_t kChunk = 4u << 20;
-
-std::int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool parse_address(const std::string& text, sockaddr_in* out) {
   const auto colon = text.rfind(':');
@@ -49,119 +45,149 @@ void set_timeouts(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-std::string cpu_line() {
-  std::ostringstream out;
-  out << "CPU " << process_cpu_seconds();
-  return out.str();
-}
+// The receiving end: a listener, the one connection it accepts on the first
+// RECV, and a pre-faulted buffer, like a pull's destination.
+class StreamReceiver {
+ public:
+  StreamReceiver() = default;
+  StreamReceiver(const StreamReceiver&) = delete;
+  StreamReceiver& operator=(const StreamReceiver&) = delete;
+  ~StreamReceiver() {
+    if (fd_ >= 0) ::close(fd_);
+    if (listener_ >= 0) ::close(listener_);
+  }
 
-// Serves CPU / QUIT / unknown; returns false to exit.
-bool common_command(const std::string& command, std::string* reply) {
-  if (command == "CPU") {
-    *reply = cpu_line();
+  // Listens on `bind` (port 0: any); *address: the host:port bound.
+  bool listen(const std::string& bind, std::string* address, std::string* error) {
+    sockaddr_in at{};
+    if (!parse_address(bind, &at)) {
+      *error = "bad address " + bind;
+      return false;
+    }
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    socklen_t length = sizeof(at);
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 ||
+        ::listen(listener_, 1) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&at), &length) != 0) {
+      *error = "listen on " + bind + ": " + std::strerror(errno);
+      return false;
+    }
+    char host[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &at.sin_addr, host, sizeof(host));
+    *address = std::string(host) + ":" + std::to_string(ntohs(at.sin_port));
     return true;
   }
-  if (command == "QUIT") return false;
-  *reply = error_line("unknown command '" + command + "'");
-  return true;
+
+  // RECV <bytes> -> RECEIVED <end_ns>
+  std::string receive(std::istringstream& in) {
+    std::uint64_t bytes = 0;
+    in >> bytes;
+    if (buffer_.size() < bytes) buffer_.assign(bytes, 0);  // pre-faulted, like a pull's destination
+    if (fd_ < 0) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 60000) == 1) fd_ = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd_ >= 0) set_timeouts(fd_);
+    }
+    std::uint64_t got = 0;
+    while (fd_ >= 0 && got < bytes) {
+      const ssize_t n = ::recv(fd_, buffer_.data() + got, bytes - got, 0);
+      if (n <= 0 && !(n < 0 && errno == EINTR)) break;
+      if (n > 0) got += static_cast<std::uint64_t>(n);
+    }
+    const std::int64_t end_ns = monotonic_ns();
+    return got == bytes ? "RECEIVED " + std::to_string(end_ns)
+                        : error_line("received " + std::to_string(got) + " of " + std::to_string(bytes) +
+                                     " bytes (" + std::strerror(errno) + ")");
+  }
+
+ private:
+  int listener_ = -1;
+  int fd_ = -1;
+  std::vector<char> buffer_;
+};
+
+// The sending end: one connection to the receiver and the buffer it sends from.
+class StreamSender {
+ public:
+  StreamSender() = default;
+  StreamSender(const StreamSender&) = delete;
+  StreamSender& operator=(const StreamSender&) = delete;
+  ~StreamSender() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  bool connect(const std::string& peer, std::string* error) {
+    sockaddr_in address{};
+    if (!parse_address(peer, &address)) {
+      *error = "bad address " + peer;
+      return false;
+    }
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) {
+      *error = "socket: " + std::string(std::strerror(errno));
+      return false;
+    }
+    set_timeouts(fd_);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      *error = "connect to " + peer + ": " + std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+
+  // SEND <bytes> -> SENT <start_ns>
+  std::string send(std::istringstream& in) {
+    std::uint64_t bytes = 0;
+    in >> bytes;
+    if (buffer_.size() < bytes) buffer_.assign(bytes, 0x5a);
+    const std::int64_t start_ns = monotonic_ns();
+    std::uint64_t sent = 0;
+    while (sent < bytes) {
+      const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, bytes - sent));
+      const ssize_t n = ::send(fd_, buffer_.data() + sent, piece, MSG_NOSIGNAL);
+      if (n <= 0 && !(n < 0 && errno == EINTR)) break;
+      if (n > 0) sent += static_cast<std::uint64_t>(n);
+    }
+    return sent == bytes ? "SENT " + std::to_string(start_ns)
+                         : error_line("sent " + std::to_string(sent) + " of " + std::to_string(bytes) +
+                                      " bytes (" + std::strerror(errno) + ")");
+  }
+
+ private:
+  int fd_ = -1;
+  std::vector<char> buffer_;
+};
+
+// READY, then the commands until QUIT or the driver is gone. These two roles
+// exit 0 once they have said READY, whether or not the driver stayed to read
+// their answers (as they always have); 1 if READY itself cannot be written.
+int serve(RoleLoop& loop, const std::string& ready) {
+  if (!loop.send(ready)) return 1;
+  loop.on("CPU", [](std::istringstream&) { return cpu_line(); });
+  (void)loop.run();
+  return 0;
 }
 
 }  // namespace
 
 int run_fanout_stream_receiver(const std::string& bind) {
   wsutil::LineStream io(0, 1);
-  sockaddr_in address{};
-  if (!parse_address(bind, &address)) return io.write_line(error_line("bad address " + bind)), 1;
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  socklen_t length = sizeof(address);
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::listen(listener, 1) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    io.write_line(error_line("listen on " + bind + ": " + std::strerror(errno)));
-    return 1;
-  }
-  char host[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &address.sin_addr, host, sizeof(host));
-  if (!io.write_line("READY " + std::string(host) + ":" + std::to_string(ntohs(address.sin_port)))) return 1;
-  int fd = -1;
-  std::vector<char> buffer;
-  for (;;) {
-    auto line = io.read_line(std::chrono::hours(24));
-    if (!line) break;
-    std::istringstream in(*line);
-    std::string command, reply;
-    in >> command;
-    if (command == "RECV") {
-      std::uint64_t bytes = 0;
-      in >> bytes;
-      if (buffer.size() < bytes) buffer.assign(bytes, 0);  // pre-faulted, like a pull's destination
-      if (fd < 0) {
-        pollfd p{listener, POLLIN, 0};
-        if (::poll(&p, 1, 60000) == 1) fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) set_timeouts(fd);
-      }
-      std::uint64_t got = 0;
-      while (fd >= 0 && got < bytes) {
-        const ssize_t n = ::recv(fd, buffer.data() + got, bytes - got, 0);
-        if (n <= 0 && !(n < 0 && errno == EINTR)) break;
-        if (n > 0) got += static_cast<std::uint64_t>(n);
-      }
-      const std::int64_t end_ns = monotonic_ns();
-      reply = got == bytes ? "RECEIVED " + std::to_string(end_ns)
-                           : error_line("received " + std::to_string(got) + " of " + std::to_string(bytes) +
-                                        " bytes (" + std::strerror(errno) + ")");
-    } else if (!common_command(command, &reply)) {
-      break;
-    }
-    if (!io.write_line(reply)) break;
-  }
-  if (fd >= 0) ::close(fd);
-  ::close(listener);
-  return 0;
+  StreamReceiver receiver;
+  std::string address, error;
+  if (!receiver.listen(bind, &address, &error)) return startup_error(io, error);
+  RoleLoop loop(io);
+  loop.on("RECV", [&](std::istringstream& in) { return receiver.receive(in); });
+  return serve(loop, "READY " + address);
 }
 
 int run_fanout_stream_sender(const std::string& peer) {
   wsutil::LineStream io(0, 1);
-  sockaddr_in address{};
-  if (!parse_address(peer, &address)) return io.write_line(error_line("bad address " + peer)), 1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return io.write_line(error_line("socket: " + std::string(std::strerror(errno)))), 1;
-  set_timeouts(fd);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    io.write_line(error_line("connect to " + peer + ": " + std::strerror(errno)));
-    ::close(fd);
-    return 1;
-  }
-  if (!io.write_line("READY")) return ::close(fd), 1;
-  std::vector<char> buffer;
-  for (;;) {
-    auto line = io.read_line(std::chrono::hours(24));
-    if (!line) break;
-    std::istringstream in(*line);
-    std::string command, reply;
-    in >> command;
-    if (command == "SEND") {
-      std::uint64_t bytes = 0;
-      in >> bytes;
-      if (buffer.size() < bytes) buffer.assign(bytes, 0x5a);
-      const std::int64_t start_ns = monotonic_ns();
-      std::uint64_t sent = 0;
-      while (sent < bytes) {
-        const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, bytes - sent));
-        const ssize_t n = ::send(fd, buffer.data() + sent, piece, MSG_NOSIGNAL);
-        if (n <= 0 && !(n < 0 && errno == EINTR)) break;
-        if (n > 0) sent += static_cast<std::uint64_t>(n);
-      }
-      reply = sent == bytes ? "SENT " + std::to_string(start_ns)
-                            : error_line("sent " + std::to_string(sent) + " of " + std::to_string(bytes) +
-                                         " bytes (" + std::strerror(errno) + ")");
-    } else if (!common_command(command, &reply)) {
-      break;
-    }
-    if (!io.write_line(reply)) break;
-  }
-  ::close(fd);
-  return 0;
+  StreamSender sender;
+  std::string error;
+  if (!sender.connect(peer, &error)) return startup_error(io, error);
+  RoleLoop loop(io);
+  loop.on("SEND", [&](std::istringstream& in) { return sender.send(in); });
+  return serve(loop, "READY");
 }
 
 }  // namespace wsbench

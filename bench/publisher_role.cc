@@ -14,18 +14,13 @@
 #include <thread>
 
 #include "cuda_limits.h"
+#include "role_loop.h"
 #include "role_support.h"
 #include "roles.h"
 #include "weightsync/weightsync.h"
 
 namespace wsbench {
 namespace {
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // A cache-resident floating-point loop: the trainer's compute, which readers
 // should not slow down. passes() counts completed passes.
@@ -117,140 +112,158 @@ bool publish_from_device(Cell& cell, std::uint64_t version, double* copy_s, std:
   return true;
 }
 
+// publish() from the cell's host image, marked for `version` first.
+bool publish_from_host(Cell& cell, std::uint64_t version, double* copy_s, std::string* error) {
+  mark_image(cell.source.data(), cell.size, version);
+  auto published = cell.publisher->publish(version, cell.source.data(), cell.size);
+  if (!published.ok()) {
+    *error = "publish: " + published.status().to_string();
+    return false;
+  }
+  *copy_s = published->copy_seconds;
+  return true;
+}
+
+// The compute loop's passes per second while this thread sleeps `seconds`.
+double passes_per_second(const ComputeLoop& compute, double seconds) {
+  const std::uint64_t before = compute.passes();
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(compute.passes() - before) / elapsed;
+}
+
+// The commands of the publisher role (roles.h), one method each, on the role loop's thread.
+class PublisherRole {
+ public:
+  explicit PublisherRole(const PublisherRoleConfig& config) : config_(config) {}
+
+  void register_commands(RoleLoop& loop) {
+    loop.on("SETUP", [this](std::istringstream& in) { return setup(in); });
+    loop.on("PUBLISH", [this](std::istringstream& in) { return publish(in); });
+    loop.on("SERVED", [this](std::istringstream&) { return served(); });
+    loop.on("COMPUTE", [this](std::istringstream& in) { return set_compute(in); });
+    loop.on("IDLE", [this](std::istringstream& in) { return idle(in); });
+    loop.on("TEARDOWN", [this](std::istringstream&) { return teardown(); });
+  }
+
+ private:
+  // SETUP <size_bytes> [<source> <slots>] -> READY <address> <slot_allocator>
+  std::string setup(std::istringstream& in) {
+    std::uint64_t size = 0;
+    in >> size;
+    cell_.publisher.reset();  // first: it may read the device source until it is gone
+    cell_ = Cell{};
+    bool cuda_source = false, cuda_slots = false;
+    std::string error;
+    if (!parse_memory(in, &cuda_source, &error) || !parse_memory(in, &cuda_slots, &error)) {
+      return error_line(error);
+    }
+    auto publisher = create_publisher(size, cuda_slots);
+    // The source: a device image (filled with 0x5a), or a host one (below).
+    const bool have_source = !cuda_source || DeviceBuffer::allocate(size, 0x5a, &cell_.device_source, &error);
+    auto source = weightsync::HostBuffer::allocate(cuda_source ? 4096 : size);
+    if (!publisher.ok()) return error_line("publisher: " + publisher.status().to_string());
+    if (!have_source) return error_line("device source: " + error);
+    if (!source.ok()) return error_line("source buffer: " + source.status().to_string());
+    cell_.publisher = std::move(*publisher);
+    cell_.source = std::move(*source);
+    cell_.size = size;
+    // Fault the host source in and give it non-zero content.
+    if (!cuda_source) std::memset(cell_.source.data(), 0x5a, size);
+    return "READY " + cell_.publisher->address() + " " + cell_.publisher->slot_allocator();
+  }
+
+  // A Publisher of one `size`-byte tensor on the configured address and slots.
+  weightsync::Result<std::unique_ptr<weightsync::Publisher>> create_publisher(std::uint64_t size,
+                                                                              bool cuda_slots) const {
+    auto layout = weightsync::WeightLayout::build(
+        {weightsync::TensorSpec{"image", weightsync::DType::kUInt8, {static_cast<std::int64_t>(size)}}});
+    if (!layout.ok()) return layout.status();
+    weightsync::PublisherOptions options;
+    options.bind_address = config_.bind;
+    options.slots = config_.slots;
+    if (cuda_slots) options.slot_memory = weightsync::MemoryKind::kCuda;
+    return weightsync::Publisher::create(std::move(*layout), options);
+  }
+
+  // PUBLISH <v> -> COMMITTED <v> <copy_s> <commit_ns>
+  std::string publish(std::istringstream& in) {
+    std::uint64_t version = 0;
+    in >> version;
+    if (!cell_.publisher) return error_line("PUBLISH before SETUP");
+    double copy_s = 0;
+    std::string error;
+    const bool ok = cell_.device_source.data() != nullptr
+                        ? publish_from_device(cell_, version, &copy_s, &error)
+                        : publish_from_host(cell_, version, &copy_s, &error);
+    cell_.commit_ns = monotonic_ns();
+    cell_.cpu_at_commit = process_cpu_seconds();
+    cell_.compute_cpu_at_commit = compute_ ? compute_->cpu_seconds() : 0.0;
+    cell_.passes_at_commit = compute_ ? compute_->passes() : 0;
+    if (!ok) return error_line(error);
+    std::ostringstream out;
+    out << "COMMITTED " << version << " " << copy_s << " " << cell_.commit_ns;
+    return out.str();
+  }
+
+  // SERVED -> SERVED <cpu_s> <compute_rate> <window_s>
+  std::string served() const {
+    const double cpu = process_cpu_seconds() - cell_.cpu_at_commit;
+    const double compute_cpu = compute_ ? compute_->cpu_seconds() - cell_.compute_cpu_at_commit : 0.0;
+    const double seconds = static_cast<double>(monotonic_ns() - cell_.commit_ns) * 1e-9;
+    const double rate = compute_ && seconds > 0
+                            ? static_cast<double>(compute_->passes() - cell_.passes_at_commit) / seconds
+                            : 0.0;
+    std::ostringstream out;
+    out << "SERVED " << std::max(0.0, cpu - compute_cpu) << " " << rate << " " << seconds;
+    return out.str();
+  }
+
+  // COMPUTE ON -> COMPUTE <idle_rate>;  COMPUTE OFF -> COMPUTE OFF
+  std::string set_compute(std::istringstream& in) {
+    std::string state;
+    in >> state;
+    if (state != "ON") {
+      compute_.reset();
+      return "COMPUTE OFF";
+    }
+    compute_ = std::make_unique<ComputeLoop>();
+    std::ostringstream out;
+    out << "COMPUTE " << passes_per_second(*compute_, 0.3);
+    return out.str();
+  }
+
+  // IDLE <seconds> -> IDLE <compute_rate>
+  std::string idle(std::istringstream& in) const {
+    double seconds = 0;
+    in >> seconds;
+    if (!compute_) return error_line("IDLE needs COMPUTE ON");
+    std::ostringstream out;
+    out << "IDLE " << passes_per_second(*compute_, std::min(std::max(seconds, 0.02), 10.0));
+    return out.str();
+  }
+
+  // TEARDOWN -> TEARDOWN
+  std::string teardown() {
+    compute_.reset();
+    cell_.publisher.reset();
+    cell_ = Cell{};
+    return "TEARDOWN";
+  }
+
+  const PublisherRoleConfig config_;
+  Cell cell_;
+  std::unique_ptr<ComputeLoop> compute_;
+};
+
 }  // namespace
 
 int run_publisher_role(wsutil::LineStream& io, const PublisherRoleConfig& config) {
-  Cell cell;
-  std::unique_ptr<ComputeLoop> compute;
-  for (;;) {
-    auto line = io.read_line(std::chrono::hours(24));
-    if (!line) return 0;  // the orchestrator is gone
-    std::istringstream in(*line);
-    std::string command;
-    in >> command;
-    std::string reply;
-    if (command == "SETUP") {
-      std::uint64_t size = 0;
-      in >> size;
-      cell.publisher.reset();  // first: it may read the device source until it is gone
-      cell = Cell{};
-      bool cuda_source = false, cuda_slots = false;
-      std::string error;
-      if (!parse_memory(in, &cuda_source, &error) || !parse_memory(in, &cuda_slots, &error)) {
-        reply = error_line(error);
-      } else {
-        auto layout = weightsync::WeightLayout::build(
-            {weightsync::TensorSpec{"image", weightsync::DType::kUInt8, {static_cast<std::int64_t>(size)}}});
-        weightsync::PublisherOptions options;
-        options.bind_address = config.bind;
-        options.slots = config.slots;
-        if (cuda_slots) options.slot_memory = weightsync::MemoryKind::kCuda;
-        auto publisher = layout.ok()
-                             ? weightsync::Publisher::create(std::move(*layout), options)
-                             : weightsync::Result<std::unique_ptr<weightsync::Publisher>>(layout.status());
-        // The source: a device image (filled with 0x5a), or a host one (below).
-        const bool have_source =
-            !cuda_source || DeviceBuffer::allocate(size, 0x5a, &cell.device_source, &error);
-        auto source = weightsync::HostBuffer::allocate(cuda_source ? 4096 : size);
-        if (!publisher.ok()) {
-          reply = error_line("publisher: " + publisher.status().to_string());
-        } else if (!have_source) {
-          reply = error_line("device source: " + error);
-        } else if (!source.ok()) {
-          reply = error_line("source buffer: " + source.status().to_string());
-        } else {
-          cell.publisher = std::move(*publisher);
-          cell.source = std::move(*source);
-          cell.size = size;
-          // Fault the host source in and give it non-zero content.
-          if (!cuda_source) std::memset(cell.source.data(), 0x5a, size);
-          reply = "READY " + cell.publisher->address() + " " + cell.publisher->slot_allocator();
-        }
-      }
-    } else if (command == "PUBLISH") {
-      std::uint64_t version = 0;
-      in >> version;
-      if (!cell.publisher) {
-        reply = error_line("PUBLISH before SETUP");
-      } else {
-        double copy_s = 0;
-        std::string error;
-        bool ok = false;
-        if (cell.device_source.data() != nullptr) {
-          ok = publish_from_device(cell, version, &copy_s, &error);
-        } else {
-          mark_image(cell.source.data(), cell.size, version);
-          auto published = cell.publisher->publish(version, cell.source.data(), cell.size);
-          ok = published.ok();
-          if (ok) copy_s = published->copy_seconds;
-          if (!ok) error = "publish: " + published.status().to_string();
-        }
-        cell.commit_ns = now_ns();
-        cell.cpu_at_commit = process_cpu_seconds();
-        cell.compute_cpu_at_commit = compute ? compute->cpu_seconds() : 0.0;
-        cell.passes_at_commit = compute ? compute->passes() : 0;
-        if (!ok) {
-          reply = error_line(error);
-        } else {
-          std::ostringstream out;
-          out << "COMMITTED " << version << " " << copy_s << " " << cell.commit_ns;
-          reply = out.str();
-        }
-      }
-    } else if (command == "SERVED") {
-      const double cpu = process_cpu_seconds() - cell.cpu_at_commit;
-      const double compute_cpu = compute ? compute->cpu_seconds() - cell.compute_cpu_at_commit : 0.0;
-      const double seconds = static_cast<double>(now_ns() - cell.commit_ns) * 1e-9;
-      const double rate = compute && seconds > 0
-                              ? static_cast<double>(compute->passes() - cell.passes_at_commit) / seconds
-                              : 0.0;
-      std::ostringstream out;
-      out << "SERVED " << std::max(0.0, cpu - compute_cpu) << " " << rate << " " << seconds;
-      reply = out.str();
-    } else if (command == "COMPUTE") {
-      std::string state;
-      in >> state;
-      if (state == "ON") {
-        compute = std::make_unique<ComputeLoop>();
-        const std::uint64_t before = compute->passes();
-        const auto start = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::ostringstream out;
-        out << "COMPUTE " << static_cast<double>(compute->passes() - before) / seconds;
-        reply = out.str();
-      } else {
-        compute.reset();
-        reply = "COMPUTE OFF";
-      }
-    } else if (command == "IDLE") {
-      double seconds = 0;
-      in >> seconds;
-      if (!compute) {
-        reply = error_line("IDLE needs COMPUTE ON");
-      } else {
-        const std::uint64_t before = compute->passes();
-        const auto start = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(std::max(seconds, 0.02), 10.0)));
-        const double elapsed =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::ostringstream out;
-        out << "IDLE " << static_cast<double>(compute->passes() - before) / elapsed;
-        reply = out.str();
-      }
-    } else if (command == "TEARDOWN") {
-      compute.reset();
-      cell.publisher.reset();
-      cell = Cell{};
-      reply = "TEARDOWN";
-    } else if (command == "QUIT") {
-      return 0;
-    } else {
-      reply = error_line("unknown command '" + command + "'");
-    }
-    if (!io.write_line(reply)) return 1;
-  }
+  PublisherRole role(config);
+  RoleLoop loop(io);
+  role.register_commands(loop);
+  return loop.run();  // READY answers SETUP
 }
 
 }  // namespace wsbench

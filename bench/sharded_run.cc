@@ -5,7 +5,6 @@
 // the row's readers and waits for every one to report; the run lasts from
 // that clock to the last reader's completion (sharded.h, docs/perf/sharded.md).
 #include <dirent.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "machine.h"
 #include "sharded_report.h"
 
 namespace wsbench {
@@ -69,35 +69,6 @@ std::string now_iso8601() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-std::string describe_machine() {
-  utsname u{};
-  ::uname(&u);
-  std::string cpu = "?";
-  std::ifstream info("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(info, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  std::string memory;
-  std::ifstream meminfo("/proc/meminfo");
-  while (std::getline(meminfo, line)) {
-    if (line.rfind("MemTotal:", 0) == 0) {
-      std::istringstream in(line.substr(9));
-      double kib = 0;
-      in >> kib;
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), ", %.1f GiB", kib / (1024.0 * 1024.0));
-      memory = buf;
-      break;
-    }
-  }
-  return std::string(u.sysname) + " " + u.release + ", " +
-         std::to_string(std::thread::hardware_concurrency()) + " cores (" + cpu + ")" + memory;
 }
 
 std::string loadavg() {
@@ -402,7 +373,7 @@ int run_sharded(const ShardedConfig& config) {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   report.host = host;
-  report.machine = describe_machine();
+  report.machine = describe_machine(MemoryShown::kYes);
   report.loadavg_start = loadavg();
   const auto started = std::chrono::steady_clock::now();
   std::printf(

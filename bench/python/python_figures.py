@@ -27,8 +27,9 @@ Run with the Python the package was built for and the package on PYTHONPATH::
     PYTHONPATH=build/python /usr/bin/python3 bench/python/python_figures.py --json out.json
 
 The C++ reader is <build>/bench/weightsync-python-pull-reader (built with the
-bench); if it is missing, it is compiled from bench/python_pull_reader.cc with
-c++ against <build>'s libweightsync (the same shared library the package
+bench); if it is missing, it is compiled from bench/python_pull_reader.cc (and
+the role loop it serves with: bench/role_loop.cc, tools/common/line_stream.cc)
+with c++ against <build>'s libweightsync (the same shared library the package
 loads). Progress goes to stderr; the table to stdout.
 """
 
@@ -198,13 +199,17 @@ def find_cxx_reader(build: str, explicit: Optional[str]) -> str:
     out_dir = os.path.join(build, "python-figures")
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, "weightsync-python-pull-reader")
-    source = os.path.join(REPO, "bench", "python_pull_reader.cc")
-    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(source):
+    bench, common = os.path.join(REPO, "bench"), os.path.join(REPO, "tools", "common")
+    sources = [os.path.join(bench, "python_pull_reader.cc"), os.path.join(bench, "role_loop.cc"),
+               os.path.join(common, "line_stream.cc")]
+    headers = [os.path.join(bench, "role_loop.h"), os.path.join(bench, "role_support.h"),
+               os.path.join(common, "line_stream.h")]
+    if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(f) for f in sources + headers):
         return out
     libdir = os.path.join(build, "libweightsync")
     cmd = [os.environ.get("CXX", "c++"), "-std=c++17", "-O2", "-I", os.path.join(REPO, "libweightsync", "include"),
-           "-I", os.path.join(build, "generated", "include"), source, "-o", out, "-L", libdir, "-lweightsync",
-           f"-Wl,-rpath,{libdir}", "-pthread"]
+           "-I", os.path.join(build, "generated", "include"), "-I", bench, "-I", common, *sources, "-o", out,
+           "-L", libdir, "-lweightsync", f"-Wl,-rpath,{libdir}", "-pthread"]
     log("compiling the C++ reader: " + " ".join(cmd))
     subprocess.run(cmd, check=True)
     return out
