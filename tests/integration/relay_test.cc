@@ -27,7 +27,7 @@
 #include "common/checksum.h"
 #include "net/socket.h"
 #include "patterns.h"
-#include "publisher/publisher_access.h"
+#include "publisher/publisher_core.h"
 #include "raw_peer.h"
 #include "tcp_proxy.h"
 #include "weightsync/weightsync.h"
@@ -50,7 +50,6 @@ RelayStats stats_after_forwarding(const Relay& relay, std::uint64_t versions) {
   }
   return stats;
 }
-
 
 const char* const kSecret = "relay-test-secret";
 
@@ -105,6 +104,25 @@ void publish_version(Publisher& publisher, std::uint64_t version) {
     fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
   }
   REQUIRE(writer->commit().ok());
+}
+
+// The same through a relay's publisher core (detail::PublisherCore).
+void publish_version(detail::PublisherCore& core, std::uint64_t version) {
+  auto writer = core.begin_forwarding(version);
+  REQUIRE(writer.ok());
+  for (const auto& t : core.layout.tensors()) {
+    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
+  }
+  REQUIRE(writer->commit_as(version, std::nullopt).ok());
+}
+
+// A relay's publisher core: what relay.cc forwards into.
+std::unique_ptr<detail::PublisherCore> make_core(const WeightLayout& layout,
+                                                 const PublisherOptions& options) {
+  auto core = detail::PublisherCore::create(layout, options);
+  INFO(core.status().to_string());
+  REQUIRE(core.ok());
+  return std::move(*core);
 }
 
 // The trainer's xxHash3 of `version`'s pattern image (tensors in layout order).
@@ -221,7 +239,8 @@ TEST_CASE("relay: forwards the trainer's checksum, so a byte the relay corrupts 
   CHECK(leaf.sub->status().ok());  // not sticky: a later good version is delivered
 }
 
-TEST_CASE("relay: a SIGKILLed relay fails its leaves within the timeout and relays below fail over", "[relay]") {
+TEST_CASE("relay: a SIGKILLed relay fails its leaves within the timeout and relays below fail over",
+          "[relay]") {
   const auto layout = bytes_layout(2u << 20, 4);
   auto trainer = Publisher::create(layout, trainer_options());
   REQUIRE(trainer.ok());
@@ -503,8 +522,8 @@ class SlowLink {
       }
       if (slow) {
         sent += static_cast<double>(n);
-        std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                                  std::chrono::duration<double>(sent / rate_)));
+        std::this_thread::sleep_until(
+            start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sent / rate_)));
       }
     }
     ::shutdown(to, SHUT_WR);
@@ -591,10 +610,13 @@ TEST_CASE("relay: a pipelined chain of 4 streams each version through before the
     REQUIRE(first_byte.has_value());
     // The leaf, four hops down, had bytes before the first hop had the version whole.
     CHECK(*first_byte < held);
-    const auto ms = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - t0).count(); };
-    std::printf("pipelined chain of 4, version %llu (8 MiB, trainer link 8 MB/s): leaf first byte %.0f ms, relay 1 "
-                "held it whole %.0f ms, leaf done %.0f ms\n",
-                static_cast<unsigned long long>(v), ms(*first_byte), ms(held), ms(done));
+    const auto ms = [&](Clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(t - t0).count();
+    };
+    std::printf(
+        "pipelined chain of 4, version %llu (8 MiB, trainer link 8 MB/s): leaf first byte %.0f ms, relay 1 "
+        "held it whole %.0f ms, leaf done %.0f ms\n",
+        static_cast<unsigned long long>(v), ms(*first_byte), ms(held), ms(done));
     // Pipelined: the chain adds little after the first hop (a whole-version chain would add ~3x).
     CHECK(ms(done) < ms(held) + 0.75 * ms(held));
   }
@@ -607,20 +629,19 @@ TEST_CASE("relay: an abandoned in-progress version is retried by its streaming r
   const auto layout = bytes_layout(1u << 20, 4);
   PublisherOptions options = trainer_options();
   options.checksum = false;  // only the commit check stands between a reader and the abandoned bytes
-  auto publisher = Publisher::create(layout, options);
-  REQUIRE(publisher.ok());
-  auto* pub = publisher->get();
-  std::optional<SlotWriter> writer;
+  auto publisher = make_core(layout, options);
+  auto* pub = publisher.get();
+  std::optional<detail::ForwardingWriter> writer;
   {
-    auto w = pub->begin_publish(1);
+    auto w = pub->begin_forwarding(1);
     REQUIRE(w.ok());
     writer.emplace(std::move(*w));
   }
-  REQUIRE(detail::PublisherAccess::begin_streaming(*writer, 1).ok());
+  REQUIRE(writer->begin_streaming(1).ok());
   // Every byte of a version that will be abandoned (its relay's upstream failed
   // after the last byte, before the commit): readable, never deliverable.
   std::memset(writer->data(), 0xAB, layout.total_bytes());
-  detail::PublisherAccess::advance_watermark(*writer, layout.total_bytes());
+  writer->advance_watermark(layout.total_bytes());
 
   auto sub = Subscriber::connect(pub->address(), streaming_leaf_options());
   REQUIRE(sub.ok());
@@ -640,25 +661,27 @@ TEST_CASE("relay: an abandoned in-progress version is retried by its streaming r
   while (got.load() < layout.payload_bytes() && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  CHECK(got.load() == layout.payload_bytes());  // the reader holds every abandoned byte, waiting for the commit
+  CHECK(got.load() ==
+        layout.payload_bytes());  // the reader holds every abandoned byte, waiting for the commit
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  writer.reset();             // abandoned (the relay's upstream failed)
+  writer.reset();  // abandoned (the relay's upstream failed)
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  publish_version(*pub, 1);   // the same version, whole this time
+  publish_version(*pub, 1);  // the same version, whole this time
   reader.join();
   INFO(pulled.status().to_string());
   REQUIRE(pulled.ok());
   CHECK(pulled->version == 1);
   CHECK(pulled->retries >= 1);
   CHECK(mismatch(layout, buffer->data(), 1) == -1);  // no byte of the abandoned attempt
-  CHECK((*sub)->stats().streamed_pulls == 0);         // delivered whole, committed
+  CHECK((*sub)->stats().streamed_pulls == 0);        // delivered whole, committed
   REQUIRE(!starts.empty());
   CHECK(starts.front() == std::make_pair(std::uint64_t{1}, true));
   CHECK(pub->stats().leases_revoked >= 1);
 }
 
-TEST_CASE("relay: a pipelined relay whose upstream dies mid-version abandons it and the chain retries it whole",
-          "[relay][pipelined]") {
+TEST_CASE(
+    "relay: a pipelined relay whose upstream dies mid-version abandons it and the chain retries it whole",
+    "[relay][pipelined]") {
   const auto layout = bytes_layout(4u << 20, 4);
   auto trainer = Publisher::create(layout, trainer_options());
   REQUIRE(trainer.ok());
@@ -666,7 +689,8 @@ TEST_CASE("relay: a pipelined relay whose upstream dies mid-version abandons it 
   o1.chunk_bytes = 64u << 10;
   auto slow = throttle(256u << 10, 20);
   auto killed = std::make_shared<std::atomic<int>>(0);
-  o1.on_upstream_progress = [slow, killed](std::uint64_t version, std::uint64_t received, std::uint64_t total) {
+  o1.on_upstream_progress = [slow, killed](std::uint64_t version, std::uint64_t received,
+                                           std::uint64_t total) {
     slow(version, received, total);
     if (version == 1 && received > total / 2 && killed->fetch_add(1) == 0) {
       throw std::runtime_error("upstream killed mid-version (test)");
@@ -698,17 +722,16 @@ TEST_CASE("relay: a pipelined relay whose upstream dies mid-version abandons it 
 TEST_CASE("relay: a streaming reader cannot READ above the watermark", "[relay][pipelined][hostile]") {
   using namespace weightsync::detail;
   const auto layout = bytes_layout(1u << 20, 1);
-  auto publisher = Publisher::create(layout, trainer_options());
-  REQUIRE(publisher.ok());
-  auto w = (*publisher)->begin_publish(1);
+  auto publisher = make_core(layout, trainer_options());
+  auto w = publisher->begin_forwarding(1);
   REQUIRE(w.ok());
-  std::optional<SlotWriter> writer(std::move(*w));
-  REQUIRE(PublisherAccess::begin_streaming(*writer, 1).ok());
+  std::optional<ForwardingWriter> writer(std::move(*w));
+  REQUIRE(writer->begin_streaming(1).ok());
   std::memset(writer->data(), 0x5A, 8192);
-  PublisherAccess::advance_watermark(*writer, 8192);
+  writer->advance_watermark(8192);
 
   const auto deadline = Deadline::after(std::chrono::seconds(5));
-  Socket control = raw_connect((*publisher)->address());
+  Socket control = raw_connect(publisher->address());
   auto session = client_handshake(control, kSecret, Role::kControl, 0, "streamer", deadline);
   REQUIRE(session.ok());
   REQUIRE(write_frame(control, MsgType::kAcquire, AcquireMsg{0, true}.encode(), deadline, "p").ok());
@@ -720,8 +743,8 @@ TEST_CASE("relay: a streaming reader cannot READ above the watermark", "[relay][
   CHECK(lease->stamp == ((1u << 1) | 1));
 
   // WAIT_WATERMARK answers with the watermark once it passes the bytes asked for.
-  REQUIRE(write_frame(control, MsgType::kWaitWatermark, WaitWatermarkMsg{lease->lease_id, 100, 2000}.encode(), deadline,
-                      "p")
+  REQUIRE(write_frame(control, MsgType::kWaitWatermark, WaitWatermarkMsg{lease->lease_id, 100, 2000}.encode(),
+                      deadline, "p")
               .ok());
   auto mark = read_expected(control, MsgType::kWatermark, kMaxReplyPayload, deadline, "p");
   REQUIRE(mark.ok());
@@ -730,7 +753,7 @@ TEST_CASE("relay: a streaming reader cannot READ above the watermark", "[relay][
   CHECK(state->watermark == 8192);
   CHECK_FALSE(state->committed);
 
-  Socket data = raw_connect((*publisher)->address());
+  Socket data = raw_connect(publisher->address());
   REQUIRE(client_handshake(data, kSecret, Role::kData, *session, "streamer-data", deadline).ok());
   // Below the watermark: served.
   ReadMsg ok_read;
@@ -745,7 +768,7 @@ TEST_CASE("relay: a streaming reader cannot READ above the watermark", "[relay][
   auto end = read_expected(data, MsgType::kDataEnd, kMaxReplyPayload, deadline, "p");
   REQUIRE(end.ok());
   CHECK(DataEndMsg::decode(end->payload)->stamp_after == lease->stamp);
-  const auto served = (*publisher)->stats().bytes_served;
+  const auto served = publisher->stats().bytes_served;
   // One byte above it: refused, never DATA, and the connection closes.
   ReadMsg greedy;
   greedy.lease_id = lease->lease_id;
@@ -755,11 +778,11 @@ TEST_CASE("relay: a streaming reader cannot READ above the watermark", "[relay][
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
   CHECK_THAT(refused.status().message(), Catch::Contains("watermark"));
-  CHECK((*publisher)->stats().bytes_served == served);
+  CHECK(publisher->stats().bytes_served == served);
 
   // A parked WAIT_WATERMARK is answered kVersionRevoked when the version is abandoned.
-  REQUIRE(write_frame(control, MsgType::kWaitWatermark, WaitWatermarkMsg{lease->lease_id, 1u << 20, 2000}.encode(),
-                      deadline, "p")
+  REQUIRE(write_frame(control, MsgType::kWaitWatermark,
+                      WaitWatermarkMsg{lease->lease_id, 1u << 20, 2000}.encode(), deadline, "p")
               .ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   writer.reset();
@@ -771,21 +794,20 @@ TEST_CASE("relay: a streaming reader cannot READ above the watermark", "[relay][
 TEST_CASE("relay: a plain subscriber never sees an in-progress version", "[relay][pipelined]") {
   using namespace weightsync::detail;
   const auto layout = bytes_layout(1u << 20, 2);
-  auto publisher = Publisher::create(layout, trainer_options());
-  REQUIRE(publisher.ok());
-  publish_version(**publisher, 1);
-  auto w = (*publisher)->begin_publish(2);
+  auto publisher = make_core(layout, trainer_options());
+  publish_version(*publisher, 1);
+  auto w = publisher->begin_forwarding(2);
   REQUIRE(w.ok());
-  std::optional<SlotWriter> writer(std::move(*w));
-  REQUIRE(PublisherAccess::begin_streaming(*writer, 2).ok());
+  std::optional<ForwardingWriter> writer(std::move(*w));
+  REQUIRE(writer->begin_streaming(2).ok());
   for (const auto& t : layout.tensors()) {
     fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, 2, t.offset);
   }
-  PublisherAccess::advance_watermark(*writer, layout.total_bytes());
+  writer->advance_watermark(layout.total_bytes());
 
-  auto plain = Subscriber::connect((*publisher)->address(), leaf_options());
+  auto plain = Subscriber::connect(publisher->address(), leaf_options());
   REQUIRE(plain.ok());
-  auto streaming = Subscriber::connect((*publisher)->address(), streaming_leaf_options());
+  auto streaming = Subscriber::connect(publisher->address(), streaming_leaf_options());
   REQUIRE(streaming.ok());
   CHECK((*plain)->latest_version().value() == 1);
   CHECK((*streaming)->latest_version().value() == 2);
@@ -803,13 +825,13 @@ TEST_CASE("relay: a plain subscriber never sees an in-progress version", "[relay
   CHECK(nothing.status().code() == ErrorCode::kNotReady);
   // An old subscriber's ACQUIRE (no flag) is leased the committed version 1.
   const auto deadline = Deadline::after(std::chrono::seconds(5));
-  Socket control = raw_connect((*publisher)->address());
+  Socket control = raw_connect(publisher->address());
   REQUIRE(client_handshake(control, kSecret, Role::kControl, 0, "old", deadline).ok());
   const LeaseMsg lease = raw_acquire(control, deadline);
   CHECK(lease.version == 1);
   CHECK(lease.stamp == 2);
   // Committed, version 2 reaches the plain subscriber too.
-  REQUIRE(PublisherAccess::commit_as(*writer, 2, std::nullopt).ok());
+  REQUIRE(writer->commit_as(2, std::nullopt).ok());
   auto second = (*plain)->pull(Destination::contiguous(buffer->data(), buffer->size()));
   REQUIRE(second.ok());
   CHECK(second->version == 2);

@@ -48,10 +48,6 @@
 
 namespace weightsync {
 
-namespace detail {
-struct PublisherAccess;  // library-internal hooks (relays); not part of the API
-}
-
 // The bytes of one tensor, supplied by the caller to publish().
 struct TensorSource {
   std::string name;
@@ -135,7 +131,6 @@ class SlotWriter {
 
  private:
   friend class Publisher;
-  friend struct detail::PublisherAccess;
   SlotWriter(Publisher* owner, std::uint64_t version, std::uint32_t slot, void* data, std::size_t size,
              std::uint32_t revoked);
   void abandon() noexcept;
@@ -204,7 +199,6 @@ class Publisher {
 
  private:
   friend class SlotWriter;
-  friend struct detail::PublisherAccess;
   explicit Publisher(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

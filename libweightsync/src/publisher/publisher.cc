@@ -1,286 +1,25 @@
-// Publisher: resolves options, owns the SlotRing and the PublisherServer, and
-// implements the publish paths (copy, contiguous copy, in-place SlotWriter).
+// Publisher: the public face of Publisher::Impl (publisher_core.h) and the
+// publish paths (copy, contiguous copy, in-place SlotWriter, device publishes).
 #include "weightsync/publisher.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <unordered_set>
 
-#include "auth/crypto.h"
-#include "auth/integrity.h"
 #include "common/checksum.h"
-#include "common/host_identity.h"
-#include "common/log.h"
-#include "cuda/cuda_runtime.h"
 #include "cuda/device_backend.h"
-#include "cuda/device_slot_memory.h"
-#include "net/socket.h"
-#include "net/unix_socket.h"
-#include "publisher/device_publish.h"
-#include "publisher/publisher_access.h"
-#include "publisher/publisher_settings.h"
-#include "publisher/served_transports.h"
-#include "publisher/server.h"
-#include "publisher/version_signer.h"
-#include "ring/slot_ring.h"
-#include "wire/frame.h"
+#include "publisher/publisher_core.h"
 
 namespace weightsync {
 
-class Publisher::Impl {
- public:
-  explicit Impl(WeightLayout l) : layout(std::move(l)) {}
-
-  WeightLayout layout;
-  std::string bind_host;
-  std::uint16_t port = 0;
-  bool checksums = false;
-  std::vector<SettingReport> settings;  // what create() resolved (settings())
-  // The integrity layer: the key of the version tags (checksums are then tags).
-  std::shared_ptr<const detail::VersionKey> version_key;
-  std::unique_ptr<detail::SlotRing> ring;
-  std::unique_ptr<detail::ServedTransports> transports;  // after ring: unregistered before the slots go
-  std::unique_ptr<detail::ViewRegistry> views;           // before server: outlives it
-  std::unique_ptr<detail::DeltaStore> deltas;            // likewise; after ring: stops before the slots go
-  std::unique_ptr<detail::VersionSigner> signer;  // likewise: signs (a key) or forwards (a relay) blocks
-  std::unique_ptr<detail::PublisherServer> server;
-  bool writer_open = false;
-  int io_timeout_ms = 10000;
-  // Device publishes: host slots page-locked on first use, then the commit
-  // queue. Declared after `ring`: destroyed first (the queue waits for its
-  // copy in flight, then the pins go, then the slots).
-  std::vector<std::unique_ptr<detail::HostPin>> slot_pins;
-  std::unique_ptr<detail::DevicePublishQueue> device_queue;
-
-  bool device_slots() const { return ring->slot_memory_kind() == MemoryKind::kCuda; }
-
-  // Host-to-slot copy: memcpy into host slots, cudaMemcpy into device slots.
-  Status copy_into_slot(void* dest, const void* source, std::size_t bytes) const {
-    if (device_slots()) return detail::copy_sync(dest, source, bytes);
-    std::memcpy(dest, source, bytes);
-    return Status();
-  }
-
-  // Every publish path starts here: a device publish in flight must commit
-  // first (versions commit in order), and its failure is reported once.
-  Status settle_device_publish() {
-    if (!device_queue) return Status();
-    return device_queue->wait_idle(std::chrono::milliseconds(io_timeout_ms));
-  }
-
-  // Creates the commit queue and page-locks the host slots, once.
-  Status prepare_device_publish();
-
-  // Hash of the tensors in layout order (padding excluded).
-  std::uint64_t checksum_of_slot(std::uint32_t slot) const {
-    detail::StreamHasher hasher(version_key);
-    const auto* base = static_cast<const char*>(ring->slot_data(slot));
-    for (const auto& t : layout.tensors()) hasher.update(base + t.offset, t.bytes);
-    return hasher.digest();
-  }
-
-  // The threads that work from committed versions: view pre-hashing, deltas.
-  void announce_commit(std::uint32_t slot, std::uint64_t version) {
-    if (views) views->committed(slot, version << 1);
-    if (deltas) deltas->committed(slot, version << 1);
-    if (signer) signer->committed(slot, version << 1);
-  }
-
-  Result<PublishResult> finish(const detail::Reservation& r, std::uint64_t version,
-                               std::chrono::steady_clock::time_point start,
-                               std::optional<std::uint64_t> checksum) {
-    if (!checksums) checksum.reset();  // a forwarded checksum is served only when checksums are on
-    if (checksums && !checksum) checksum = checksum_of_slot(r.slot);
-    ring->commit(r.slot, version, checksum);
-    announce_commit(r.slot, version);
-    writer_open = false;
-    PublishResult out;
-    out.version = version;
-    out.slot = r.slot;
-    out.revoked_leases = r.revoked;
-    out.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return out;
-  }
-
-  Result<detail::Reservation> reserve(std::uint64_t version) {
-    if (writer_open) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "a SlotWriter is still open; commit or destroy it before publishing again");
-    }
-    if (Status settled = settle_device_publish(); !settled.ok()) return settled;
-    auto r = ring->reserve(version);
-    if (r.ok()) writer_open = true;
-    return r;
-  }
-};
-
-Status Publisher::Impl::prepare_device_publish() {
-  if (device_queue) return Status();
-  const detail::DeviceBackend backend = detail::device_backend();
-  if (!device_slots()) {
-    const auto start = std::chrono::steady_clock::now();
-    for (std::uint32_t i = 0; i < ring->slot_count(); ++i) {
-      auto pinned = backend.pin_host(ring->slot_data(i), ring->slot_region(i).mapped_size());
-      if (!pinned.ok()) {
-        slot_pins.clear();
-        return pinned.status();
-      }
-      slot_pins.push_back(std::move(*pinned));
-    }
-    WS_INFO("publisher: page-locked {} slots x {} bytes for device publishes in {:.3f} s", ring->slot_count(),
-            ring->slot_bytes(),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  auto copier = backend.make_copier();
-  if (!copier.ok()) {
-    slot_pins.clear();
-    return copier.status();
-  }
-  auto queue = detail::DevicePublishQueue::create(
-      std::move(*copier),
-      [this](const detail::DeviceCopyJob& job) -> Result<PublishResult> {
-        std::optional<std::uint64_t> checksum;
-        if (checksums) checksum = checksum_of_slot(job.slot);
-        ring->commit(job.slot, job.version, checksum);
-        announce_commit(job.slot, job.version);
-        PublishResult out;
-        out.version = job.version;
-        out.slot = job.slot;
-        out.revoked_leases = job.revoked;
-        out.copy_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - job.started).count();
-        return out;
-      },
-      [this](const detail::DeviceCopyJob& job) { ring->abandon(job.slot); },
-      std::chrono::milliseconds(io_timeout_ms));
-  if (!queue.ok()) {
-    slot_pins.clear();
-    return queue.status();
-  }
-  device_queue = std::move(*queue);
-  // The queue keeps the pins while a copy may still write the slots (even
-  // past its bounded destructor; device_publish.h).
-  device_queue->hold_until_copies_end(std::move(slot_pins));
-  slot_pins.clear();
-  return Status();
-}
-
 Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Publisher::~Publisher() {
-  if (impl_ && impl_->server) impl_->server->stop();
-}
+Publisher::~Publisher() = default;  // Impl's destructor stops the server first
 
 Result<std::unique_ptr<Publisher>> Publisher::create(WeightLayout layout, PublisherOptions options) try {
-  auto resolved = detail::resolve_publisher_settings(options);
-  if (!resolved.ok()) return resolved.status();
-  const detail::PublisherSettings& settings = *resolved;
-  const bool cuda_slots = settings.cuda_slots;
-  // Subscribers receive the layout in one reply frame; it must fit.
-  if (layout.serialize().size() + 64 > detail::kMaxReplyPayload) {
-    return Status(ErrorCode::kInvalidArgument, "the layout's encoding exceeds the protocol's " +
-                                                   std::to_string(detail::kMaxReplyPayload) +
-                                                   "-byte reply limit; use fewer tensors or shorter names");
-  }
-  auto impl = std::make_unique<Impl>(std::move(layout));
-  impl->checksums = settings.checksum.value;
-  impl->settings = settings.reports();
-  if (settings.integrity.value) {
-    auto key = detail::derive_version_key(settings.secret.value);
-    if (!key.ok()) return key.status();
-    impl->version_key = std::move(*key);
-  }
-  impl->io_timeout_ms = settings.io_timeout_ms.value;
-  // Transports first: one may allocate the slots (WEIGHTSYNC_SLOT_ALLOCATOR=ucx).
-  if (auto host = detail::host_identity(); !host.ok())
-    return host.status();  // a malformed WEIGHTSYNC_HOST_ID
-  auto transports = detail::ServedTransports::prepare(detail::ServeSettings{
-      detail::is_loopback_host(settings.bind_address.value), settings.encryption.value, cuda_slots});
-  if (!transports.ok()) return transports.status();
-  impl->transports = std::move(*transports);
-  // Never a transport's allocator by default: UCX's shared-memory transports
-  // map UCX-allocated slots read-write into every ucx subscriber.
-  const std::string allocator_choice = cuda_slots ? "cuda"
-                                       : settings.slot_allocator.value == "auto"
-                                           ? "memfd"
-                                           : settings.slot_allocator.value;
-  const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
-  Result<detail::SlotAllocator> slot_allocator = stamps_allocator;
-  if (allocator_choice == "cuda") {
-    slot_allocator = detail::cuda_slot_allocator();
-  } else if (allocator_choice != "memfd") {
-    slot_allocator = impl->transports->slot_allocator(allocator_choice, options.lock_memory);
-    if (!slot_allocator.ok()) {
-      return Status(ErrorCode::kInvalidConfig, "slot allocator '" + allocator_choice + "' (from " +
-                                                   detail::to_string(settings.slot_allocator.source) +
-                                                   "): " + slot_allocator.status().message());
-    }
-  }
-  auto ring = detail::SlotRing::create(options.slots, impl->layout.total_bytes(), options.full_ring_policy,
-                                       std::chrono::milliseconds(settings.lease_timeout_ms.value),
-                                       *slot_allocator, cuda_slots ? &stamps_allocator : nullptr);
-  if (!ring.ok()) return ring.status();
-  impl->ring = std::move(*ring);
-  if (Status started = impl->transports->start(*impl->ring); !started.ok()) return started;
-
-  auto listener = detail::listen_tcp(settings.bind_address.value, options.port);
-  if (!listener.ok()) return listener.status();
-  auto port = detail::local_port(*listener);
-  if (!port.ok()) return port.status();
-  impl->bind_host = settings.bind_address.value;
-  impl->port = *port;
-
-  detail::ServerConfig config;
-  config.secret = settings.secret.value;
-  config.integrity = settings.integrity.value;
-  config.encryption = settings.encryption.value;
-  config.io_timeout_ms = settings.io_timeout_ms.value;
-  config.max_connections = options.max_connections;
-  config.max_handshakes = options.max_handshakes;
-  config.max_handshakes_per_address = options.max_handshakes_per_address;
-  // A peer never gets longer to authenticate than to answer any other message.
-  config.handshake_timeout_ms = std::min(settings.handshake_timeout_ms.value, settings.io_timeout_ms.value);
-  config.idle_timeout_ms = settings.idle_timeout_ms.value;
-  detail::ServedState state;
-  state.layout = &impl->layout;
-  state.ring = impl->ring.get();
-  state.checksums = impl->checksums;
-  state.transports = impl->transports.get();
-  impl->views = std::make_unique<detail::ViewRegistry>(impl->ring->slot_bytes(), impl->version_key);
-  if (impl->checksums) impl->views->start_prehashing(impl->ring.get());
-  state.views = impl->views.get();
-  impl->signer =
-      std::make_unique<detail::VersionSigner>(impl->layout, settings.signer_key, options.slots + 2);
-  impl->signer->start(impl->ring.get());
-  state.signatures = impl->signer.get();
-  if (settings.deltas.value) {
-    auto store = detail::DeltaStore::create(impl->layout, *impl->ring, options.delta_history,
-                                            options.delta_level, impl->version_key);
-    if (!store.ok()) {
-      return Status(store.status().code(), "deltas (from " +
-                                               std::string(detail::to_string(settings.deltas.source)) +
-                                               "): " + store.status().message());
-    }
-    impl->deltas = std::move(*store);
-    state.deltas = impl->deltas.get();
-  }
-  auto server = detail::PublisherServer::start(std::move(*listener), std::move(config), std::move(state));
-  if (!server.ok()) return server.status();
-  impl->server = std::move(*server);
-
-  if (settings.secret.value.empty()) {
-    WS_WARN(
-        "publisher: no secret configured (WEIGHTSYNC_SECRET): listening on loopback {} only; "
-        "set a secret to serve other hosts",
-        impl->bind_host);
-  }
-  WS_INFO(
-      "publisher: {}:{}, {} slots x {} bytes (allocator {}), signatures {}; settings: {}", impl->bind_host,
-      impl->port, options.slots, impl->layout.total_bytes(), impl->ring->allocator_name(),
-      settings.signer_key ? "key " + detail::short_hex(settings.signer_key->key_id()) : std::string("off"),
-      detail::settings_log_text(impl->settings));
-  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
+  auto impl = Impl::create(std::move(layout), options);
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<Publisher>(new Publisher(std::move(*impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("Publisher::create: ") + e.what());
 }
@@ -290,7 +29,7 @@ const WeightLayout& Publisher::layout() const noexcept {
 }
 
 std::string Publisher::address() const {
-  return detail::HostPort{impl_->bind_host, impl_->port}.to_string();
+  return impl_->address();
 }
 
 std::uint16_t Publisher::port() const noexcept {
@@ -353,8 +92,7 @@ Result<PublishResult> Publisher::publish(std::uint64_t version,
     for (std::uint64_t done = 0; done < entry.bytes;) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, entry.bytes - done));
       if (Status copied = impl_->copy_into_slot(base + entry.offset + done, src + done, n); !copied.ok()) {
-        impl_->ring->abandon(r->slot);
-        impl_->writer_open = false;
+        impl_->abandon(r->slot);
         return copied;
       }
       if (hasher) hasher->update(base + entry.offset + done, n);
@@ -377,8 +115,7 @@ Result<PublishResult> Publisher::publish(std::uint64_t version, const void* data
   auto r = impl_->reserve(version);
   if (!r.ok()) return r.status();
   if (Status copied = impl_->copy_into_slot(r->data, data, bytes); !copied.ok()) {
-    impl_->ring->abandon(r->slot);
-    impl_->writer_open = false;
+    impl_->abandon(r->slot);
     return copied;
   }
   return impl_->finish(*r, version, start, std::nullopt);
@@ -486,39 +223,7 @@ Result<PublishResult> Publisher::flush_device_publishes(std::chrono::millisecond
 }
 
 PublisherStats Publisher::stats() const {
-  PublisherStats stats;
-  const detail::RingStats ring = impl_->ring->stats();
-  stats.versions_published = ring.published;
-  stats.versions_skipped = ring.skipped;
-  stats.leases_revoked = ring.revoked;
-  stats.leases_expired = ring.expired;
-  stats.leases_granted = ring.granted;
-  stats.leases_active = ring.active;
-  const auto& c = impl_->server->counters();
-  stats.connections_active = c.connections_active.load();
-  stats.connections_accepted = c.connections_accepted.load();
-  stats.auth_failures = c.auth_failures.load();
-  stats.protocol_errors = c.protocol_errors.load();
-  stats.bytes_served = c.bytes_served.load();
-  stats.connections_refused = c.connections_refused.load();
-  stats.handshakes_active = c.handshakes_active.load();
-  stats.handshakes_timed_out = c.handshakes_timed_out.load();
-  stats.sessions_idle_closed = c.sessions_idle_closed.load();
-  const detail::ServerHealth health = impl_->server->health();
-  if (impl_->deltas) {
-    const detail::DeltaStoreStats d = impl_->deltas->stats();
-    stats.deltas_computed = d.computed;
-    stats.deltas_served = d.served;
-    stats.delta_last_bytes = d.last_bytes;
-    stats.delta_last_seconds = d.last_seconds;
-  }
-  const detail::VersionSigner::Counters signing = impl_->signer->counters();
-  stats.versions_signed = signing.signed_versions;
-  stats.versions_unsigned = signing.superseded;
-  stats.sign_last_seconds = signing.last_sign_seconds;
-  stats.serving = health.serving;
-  stats.server_error = health.error;
-  return stats;
+  return impl_->stats();
 }
 
 // ---- SlotWriter ----
@@ -565,8 +270,7 @@ SlotWriter::~SlotWriter() {
 
 void SlotWriter::abandon() noexcept {
   if (owner_ == nullptr) return;
-  owner_->impl_->ring->abandon(slot_);
-  owner_->impl_->writer_open = false;
+  owner_->impl_->abandon(slot_);
   owner_ = nullptr;
 }
 
@@ -590,68 +294,5 @@ Result<PublishResult> SlotWriter::commit() {
     return Status(ErrorCode::kInternal, std::string("SlotWriter::commit: ") + e.what());
   }
 }
-
-// ---- PublisherAccess (src/publisher/publisher_access.h) ----
-
-namespace detail {
-
-Result<PublishResult> PublisherAccess::commit_as(SlotWriter& writer, std::uint64_t version,
-                                                 std::optional<std::uint64_t> checksum) {
-  if (writer.owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
-  if (version < writer.version_) {
-    const std::uint64_t reserved = writer.version_;
-    writer.abandon();
-    return Status(ErrorCode::kInvalidArgument, "cannot commit version " + std::to_string(version) +
-                                                   " into a slot reserved for version " +
-                                                   std::to_string(reserved) + " (versions must increase)");
-  }
-  Publisher* owner = writer.owner_;
-  writer.owner_ = nullptr;
-  detail::Reservation r{writer.slot_, writer.revoked_, writer.data_};
-  try {
-    // With the integrity layer a forwarded checksum (a relay's upstream tag,
-    // keyed by the upstream's secret) is not served: this publisher tags the
-    // version itself, under its own key.
-    if (owner->impl_->version_key) checksum.reset();
-    return owner->impl_->finish(r, version, writer.started_, checksum);
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, std::string("PublisherAccess::commit_as: ") + e.what());
-  }
-}
-
-Status PublisherAccess::begin_streaming(SlotWriter& writer, std::uint64_t version) {
-  if (writer.owner_ == nullptr) return Status(ErrorCode::kInvalidArgument, "SlotWriter already committed");
-  Status s = writer.owner_->impl_->ring->begin_streaming(writer.slot_, version);
-  if (s.ok()) writer.version_ = version;
-  return s;
-}
-
-void PublisherAccess::advance_watermark(SlotWriter& writer, std::uint64_t bytes) {
-  if (writer.owner_ == nullptr) return;
-  writer.owner_->impl_->ring->advance_watermark(writer.slot_, bytes);
-}
-
-void PublisherAccess::retire(Publisher& publisher, const std::string& why) {
-  publisher.impl_->ring->retire(why);
-}
-
-bool PublisherAccess::serves_checksums(const Publisher& publisher) {
-  return publisher.impl_->checksums;
-}
-
-void PublisherAccess::enable_signature_forwarding(Publisher& publisher) {
-  publisher.impl_->signer->enable_forwarding();
-}
-
-void PublisherAccess::forward_signature(Publisher& publisher, std::uint64_t version,
-                                        std::optional<std::vector<std::uint8_t>> block) {
-  if (block) {
-    publisher.impl_->signer->attach(version, std::move(*block));
-  } else {
-    publisher.impl_->signer->give_up(version);
-  }
-}
-
-}  // namespace detail
 
 }  // namespace weightsync

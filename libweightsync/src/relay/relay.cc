@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
-#include "publisher/publisher_access.h"
+#include "publisher/publisher_core.h"
 #include "relay/upstream_link.h"
 #include "weightsync/subscriber.h"
 
@@ -38,12 +38,11 @@ struct Stopping : std::runtime_error {
 
 class Relay::Impl {
  public:
-  Impl(RelayOptions o, std::unique_ptr<detail::UpstreamLink> l)
-      : options(std::move(o)), link(std::move(l)) {}
+  Impl(RelayOptions o, std::unique_ptr<detail::UpstreamLink> l) : options(std::move(o)), link(std::move(l)) {}
 
   RelayOptions options;
-  std::unique_ptr<detail::UpstreamLink> link;  // forwarding thread only
-  std::unique_ptr<Publisher> publisher;
+  std::unique_ptr<detail::UpstreamLink> link;        // forwarding thread only
+  std::unique_ptr<detail::PublisherCore> publisher;  // the relay's own ring and server
   std::thread thread;
   std::atomic<bool> stopping{false};
 
@@ -58,7 +57,7 @@ class Relay::Impl {
   // use (a version it then did not deliver, an unverified version): the
   // upstream is dropped and the next one tried, as for a dead one.
   bool upstream_fault = false;
-  int quick_retries = 0;  // pipelined: failed pulls retried at once since the last success
+  int quick_retries = 0;     // pipelined: failed pulls retried at once since the last success
   int phantom_versions = 0;  // announced but not leasable, in a row (this upstream)
   Clock::time_point last_warn{};
 
@@ -113,7 +112,8 @@ Result<std::unique_ptr<Relay>> Relay::create(RelayOptions options) try {
                                                  std::to_string(options.chunk_bytes));
   }
   if (options.publisher.slot_memory != MemoryKind::kHost) {
-    return Status(ErrorCode::kInvalidConfig, "a relay's slots are host memory (PublisherOptions::slot_memory)");
+    return Status(ErrorCode::kInvalidConfig,
+                  "a relay's slots are host memory (PublisherOptions::slot_memory)");
   }
   SubscriberOptions sub_options = options.subscriber;
   sub_options.verify_checksum = true;  // a relay forwards only what it verified
@@ -132,9 +132,9 @@ Result<std::unique_ptr<Relay>> Relay::create(RelayOptions options) try {
   PublisherOptions pub_options = options.publisher;
   const bool upstream_checksums = upstream.publisher_checksums();
   if (!pub_options.checksum) pub_options.checksum = upstream_checksums;
-  auto publisher = Publisher::create(upstream.layout(), pub_options);
+  auto publisher = detail::PublisherCore::create(upstream.layout(), pub_options);
   if (!publisher.ok()) return publisher.status();
-  detail::PublisherAccess::enable_signature_forwarding(**publisher);
+  (*publisher)->enable_signature_forwarding();
   if (*pub_options.checksum && !upstream_checksums) {
     WS_WARN(
         "relay: upstream {} serves no checksums; this relay hashes what it received itself "
@@ -146,7 +146,7 @@ Result<std::unique_ptr<Relay>> Relay::create(RelayOptions options) try {
   impl->counters.upstream = impl->link->address();
   WS_INFO("relay: serving {} from upstream {} ({} sources; checksums {}; {} mode)",
           impl->publisher->address(), impl->counters.upstream, impl->options.upstreams.size(),
-          detail::PublisherAccess::serves_checksums(*impl->publisher) ? "forwarded" : "off",
+          impl->publisher->checksums ? "forwarded" : "off",
           impl->options.pipelined ? "pipelined" : "whole-version");
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
@@ -209,12 +209,12 @@ void Relay::Impl::stopped_forwarding(const std::string& why) {
   WS_ERROR("{}", error);
   // Leaves waiting for a newer version, or asking for one later, are told
   // (kConnectionLost) instead of being served the held version as current.
-  detail::PublisherAccess::retire(*publisher, error);
+  publisher->retire(error);
   cv.notify_all();
 }
 
 void Relay::Impl::reconnect() {
-  Status s = link->connect_next(publisher->layout());
+  Status s = link->connect_next(publisher->layout);
   if (s.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -244,7 +244,7 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     if (next.status().code() == ErrorCode::kTimeout && sub.status().ok()) return Status();
     return next.status();
   }
-  auto writer = publisher->begin_publish(*next);
+  auto writer = publisher->begin_forwarding(*next);
   if (!writer.ok()) {
     if (writer.status().code() == ErrorCode::kBusy) {  // kSkip policy, every slot read by someone
       skipped_up_to = *next;
@@ -260,18 +260,18 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
   // Pipelined: expose the slot to streaming readers once the upstream lease
   // names the version, and advance its watermark every chunk_bytes.
   const bool pipelined = options.pipelined;
-  const WeightLayout& layout = publisher->layout();
+  const WeightLayout& layout = publisher->layout;
   bool streaming = false;
-  std::uint64_t marked = 0;  // payload bytes covered by the last watermark
-  std::size_t tensor = 0;    // the tensor payload byte `marked` falls in
+  std::uint64_t marked = 0;        // payload bytes covered by the last watermark
+  std::size_t tensor = 0;          // the tensor payload byte `marked` falls in
   std::uint64_t tensor_start = 0;  // payload bytes before that tensor
-  SlotWriter* slot = &*writer;
+  detail::ForwardingWriter* slot = &*writer;
   std::uint64_t pulling = *next;  // the version the upstream leased
   pull.on_start = [&, slot](std::uint64_t version, bool) {
     pulling = version;
     if (!pipelined) return;
     if (streaming) throw std::runtime_error("relay: a pull restarted into a slot already being streamed");
-    Status s = detail::PublisherAccess::begin_streaming(*slot, version);
+    Status s = slot->begin_streaming(version);
     if (!s.ok()) throw std::runtime_error("relay: " + s.to_string());
     streaming = true;
   };
@@ -281,7 +281,7 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     if (!streaming || (received - marked < options.chunk_bytes && received < total)) return;
     marked = received;
     if (received >= total) {
-      detail::PublisherAccess::advance_watermark(*slot, slot->size());
+      slot->advance_watermark(slot->size());
       return;
     }
     // Payload bytes (the plan's, padding skipped) -> slot offset.
@@ -292,7 +292,7 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     }
     const std::uint64_t offset =
         tensor < tensors.size() ? tensors[tensor].offset + (received - tensor_start) : slot->size();
-    detail::PublisherAccess::advance_watermark(*slot, offset);
+    slot->advance_watermark(offset);
   };
   auto pulled = sub.pull(Destination::contiguous(writer->data(), writer->size()), pull);
   if (!pulled.ok()) {
@@ -302,8 +302,8 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     if (pulled.status().code() == ErrorCode::kNotReady) {
       if (++phantom_versions < kMaxPhantomVersions) return Status();
       phantom_versions = 0;
-      return fault(Status(ErrorCode::kProtocolError, "upstream announced version " + std::to_string(*next) + " " +
-                                                         std::to_string(kMaxPhantomVersions) +
+      return fault(Status(ErrorCode::kProtocolError, "upstream announced version " + std::to_string(*next) +
+                                                         " " + std::to_string(kMaxPhantomVersions) +
                                                          " times in a row but had nothing newer than " +
                                                          std::to_string(floor) + " to lease"));
     }
@@ -317,14 +317,15 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
   if (pulled->version < writer->version()) {
     // Told of version *next, then leased an older one: the upstream lied
     // (a pipelined relay renames the slot to the leased version instead).
-    return fault(Status(ErrorCode::kProtocolError, "upstream announced version " + std::to_string(writer->version()) +
-                                                       " but delivered version " + std::to_string(pulled->version)));
+    return fault(
+        Status(ErrorCode::kProtocolError, "upstream announced version " + std::to_string(writer->version()) +
+                                              " but delivered version " + std::to_string(pulled->version)));
   }
   if (options.before_commit) options.before_commit(pulled->version, writer->data(), writer->size());
   forward_signature(sub, pulled->version);
-  auto committed = detail::PublisherAccess::commit_as(
-      *writer, pulled->version,
-      pulled->checksum_verified ? std::optional<std::uint64_t>(pulled->checksum) : std::nullopt);
+  auto committed = writer->commit_as(pulled->version, pulled->checksum_verified
+                                                          ? std::optional<std::uint64_t>(pulled->checksum)
+                                                          : std::nullopt);
   if (!committed.ok()) throw std::runtime_error("committing: " + committed.status().to_string());
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -339,10 +340,10 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
 void Relay::Impl::forward_signature(Subscriber& sub, std::uint64_t version) {
   auto block = sub.signature_block(version);
   if (block.ok()) {
-    detail::PublisherAccess::forward_signature(*publisher, version, std::move(*block));
+    publisher->forward_signature(version, std::move(*block));
     return;
   }
-  detail::PublisherAccess::forward_signature(*publisher, version, std::nullopt);
+  publisher->forward_signature(version, std::nullopt);
   if (block.status().code() != ErrorCode::kInvalidConfig) {  // kInvalidConfig: the upstream signs nothing
     WS_WARN("relay: version {} is forwarded without the trainer's signature: {}", version,
             block.status().to_string());
