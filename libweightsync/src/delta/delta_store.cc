@@ -71,12 +71,6 @@ DeltaStoreStats DeltaStore::stats() const {
   return stats_;
 }
 
-std::uint64_t DeltaStore::checksum_of(const std::uint8_t* image) const {
-  StreamHasher hasher(key_);
-  for (const auto& t : layout_.tensors()) hasher.update(image + t.offset, t.bytes);
-  return hasher.digest();
-}
-
 void DeltaStore::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -115,7 +109,7 @@ void DeltaStore::absorb(std::uint32_t slot, std::uint64_t stamp) {
     ++stats_.dropped;
     return;
   }
-  const std::uint64_t checksum = checksum_of(newest_.data());
+  const std::uint64_t checksum = version_checksum(layout_, newest_.data(), key_);
   std::shared_ptr<std::vector<std::uint8_t>> compressed;
   bool smaller = false;
   if (previous_version_ != 0) {

@@ -114,7 +114,6 @@ class DeltaStore {
   void run();
   // Copies and encodes one committed version (thread only).
   void absorb(std::uint32_t slot, std::uint64_t stamp);
-  std::uint64_t checksum_of(const std::uint8_t* image) const;
 
   const WeightLayout& layout_;
   const SlotRing& ring_;

@@ -77,10 +77,7 @@ class Publisher::Impl {
 
   // Hash of the tensors in layout order (padding excluded).
   std::uint64_t checksum_of_slot(std::uint32_t slot) const {
-    detail::StreamHasher hasher(version_key);
-    const auto* base = static_cast<const char*>(ring->slot_data(slot));
-    for (const auto& t : layout.tensors()) hasher.update(base + t.offset, t.bytes);
-    return hasher.digest();
+    return detail::version_checksum(layout, ring->slot_data(slot), version_key);
   }
 
   // The threads that work from committed versions: view pre-hashing, deltas.
