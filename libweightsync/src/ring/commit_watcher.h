@@ -25,11 +25,12 @@
 //   and counted in failed; the thread goes on with the next commit.
 // - stop() (and the destructor) wakes the thread and joins it once the work
 //   in hand returns; a commit still waiting is dropped (neither worked on nor
-//   counted as skipped). Never call it from work (the thread would join
-//   itself). The watcher must outlive every committed() call; the owner
-//   stops it before the state its work uses goes away.
+//   counted as skipped). The watcher must outlive every committed() call;
+//   the owner stops it before the state its work uses goes away.
 // - Thread-safety: every method may be called from any thread, concurrently
-//   (stop() from several threads included), except stop() from within work.
+//   (stop() from several threads included). Work may call committed(),
+//   interrupted() and counters(), never start() or stop() (stop() would wait
+//   for the thread it runs on).
 #pragma once
 
 #include <condition_variable>
