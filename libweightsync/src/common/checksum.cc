@@ -11,6 +11,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "weightsync/layout.h"
+
 namespace weightsync::detail {
 namespace {
 
@@ -94,6 +96,14 @@ std::uint64_t StreamHasher::digest() const {
     return tag;
   }
   return XXH3_64bits_digest(state_);
+}
+
+std::uint64_t version_checksum(const WeightLayout& layout, const void* image,
+                               const std::shared_ptr<const VersionKey>& key) {
+  StreamHasher hasher(key);
+  const auto* base = static_cast<const std::uint8_t*>(image);
+  for (const auto& t : layout.tensors()) hasher.update(base + t.offset, t.bytes);
+  return hasher.digest();
 }
 
 }  // namespace weightsync::detail

@@ -17,6 +17,10 @@
 struct XXH3_state_s;
 struct evp_mac_ctx_st;
 
+namespace weightsync {
+class WeightLayout;
+}  // namespace weightsync
+
 namespace weightsync::detail {
 
 struct VersionKey {
@@ -60,5 +64,12 @@ class StreamHasher {
   XXH3_state_s* state_ = nullptr;
   std::unique_ptr<HmacSha256> hmac_;
 };
+
+// The checksum (with a key: the version tag) of a whole version whose image
+// (a slot, or a copy of one) starts at `image`: its tensors in layout order,
+// padding excluded. What the publisher serves for each version (publisher.cc)
+// and what each delta link carries (delta/delta_store.cc).
+std::uint64_t version_checksum(const WeightLayout& layout, const void* image,
+                               const std::shared_ptr<const VersionKey>& key);
 
 }  // namespace weightsync::detail

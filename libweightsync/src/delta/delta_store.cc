@@ -25,7 +25,8 @@ Result<std::unique_ptr<DeltaStore>> DeltaStore::create(const WeightLayout& layou
     return Status(ErrorCode::kInvalidConfig, "deltas need host slots: the publisher encodes them on the CPU");
   }
   std::unique_ptr<DeltaStore> store(new DeltaStore(layout, ring, history, level, std::move(key)));
-  store->thread_ = std::thread([s = store.get()] { s->run(); });
+  store->watcher_.start(
+      [s = store.get()](std::uint32_t slot, std::uint64_t stamp) { s->absorb(slot, stamp); });
   return store;
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("delta store: ") + e.what());
@@ -53,48 +54,19 @@ void DeltaStore::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  watcher_.stop();
 }
 
 void DeltaStore::committed(std::uint32_t slot, std::uint64_t stamp) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = true;  // only the newest commit matters
-    job_slot_ = slot;
-    job_stamp_ = stamp;
-  }
-  cv_.notify_all();
+  watcher_.committed(slot, stamp);  // only the newest commit matters
 }
 
 DeltaStoreStats DeltaStore::stats() const {
+  const std::uint64_t skipped = watcher_.counters().skipped;
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-std::uint64_t DeltaStore::checksum_of(const std::uint8_t* image) const {
-  StreamHasher hasher(key_);
-  for (const auto& t : layout_.tensors()) hasher.update(image + t.offset, t.bytes);
-  return hasher.digest();
-}
-
-void DeltaStore::run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || job_; });
-    if (stopping_) return;
-    job_ = false;
-    const std::uint32_t slot = job_slot_;
-    const std::uint64_t stamp = job_stamp_;
-    lock.unlock();
-    try {
-      absorb(slot, stamp);
-    } catch (const std::exception& e) {
-      WS_WARN("publisher: delta of version {} not computed: {}", stamp >> 1, e.what());
-    } catch (...) {
-      WS_WARN("publisher: delta of version {} not computed", stamp >> 1);
-    }
-    lock.lock();
-  }
+  DeltaStoreStats out = stats_;
+  out.skipped = skipped;
+  return out;
 }
 
 void DeltaStore::absorb(std::uint32_t slot, std::uint64_t stamp) {
@@ -115,7 +87,7 @@ void DeltaStore::absorb(std::uint32_t slot, std::uint64_t stamp) {
     ++stats_.dropped;
     return;
   }
-  const std::uint64_t checksum = checksum_of(newest_.data());
+  const std::uint64_t checksum = version_checksum(layout_, newest_.data(), key_);
   std::shared_ptr<std::vector<std::uint8_t>> compressed;
   bool smaller = false;
   if (previous_version_ != 0) {

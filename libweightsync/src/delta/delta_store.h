@@ -1,14 +1,18 @@
 // DeltaStore: the publisher's delta versions (docs/slow_links.md, "Delta
-// versions"). After each commit its own thread copies the committed slot
-// (seqlock read: a slot overwritten during the copy is dropped, a newer
-// commit follows), encodes it against the previous version it copied, and
-// keeps the newest `history` deltas. Each delta is computed once, never on
-// the publishing thread; subscribers holding an older version get the chain
-// of deltas from it to the newest.
+// versions"). After each commit its own thread (a CommitWatcher,
+// ring/commit_watcher.h: the newest commit, the others skipped) copies the
+// committed slot (seqlock read: a slot overwritten during the copy is
+// dropped, a newer commit follows), encodes it against the previous version
+// it copied, and keeps the newest `history` deltas. Each delta is computed
+// once, never on the publishing thread; subscribers holding an older version
+// get the chain of deltas from it to the newest.
 //
 // Contract
 // - committed() is called by the publishing thread after every commit; it
 //   only records the newest commit and wakes the thread (never blocks on it).
+//   A commit superseded before the thread took it is never copied (counted
+//   in stats().skipped); the chain then jumps it. An exception while a
+//   version is absorbed is logged at warn and the thread goes on.
 // - chain() may be called from any thread (the publisher's workers); it waits
 //   at most `wait` for a delta reaching `at_least`. The publisher calls it
 //   with no wait: readiness() says, without waiting, whether a chain can be
@@ -34,11 +38,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "common/checksum.h"
+#include "ring/commit_watcher.h"
 #include "ring/slot_ring.h"
 #include "weightsync/layout.h"
 #include "weightsync/status.h"
@@ -55,6 +59,7 @@ struct DeltaLink {
 struct DeltaStoreStats {
   std::uint64_t computed = 0;      // deltas encoded
   std::uint64_t dropped = 0;       // copies discarded: the slot was overwritten during the copy
+  std::uint64_t skipped = 0;       // commits never copied: a newer one came before the thread took them
   std::uint64_t not_smaller = 0;   // deltas not kept: no smaller than the image
   std::uint64_t served = 0;        // chains handed out
   std::uint64_t last_bytes = 0;    // size of the newest delta
@@ -111,10 +116,8 @@ class DeltaStore {
  private:
   DeltaStore(const WeightLayout& layout, const SlotRing& ring, std::size_t history, int level,
              std::shared_ptr<const VersionKey> key);
-  void run();
-  // Copies and encodes one committed version (thread only).
+  // Copies and encodes one committed version (the watcher's thread only).
   void absorb(std::uint32_t slot, std::uint64_t stamp);
-  std::uint64_t checksum_of(const std::uint8_t* image) const;
 
   const WeightLayout& layout_;
   const SlotRing& ring_;
@@ -129,11 +132,8 @@ class DeltaStore {
   std::uint64_t previous_version_ = 0;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  bool job_ = false;
-  std::uint32_t job_slot_ = 0;
-  std::uint64_t job_stamp_ = 0;
+  std::condition_variable cv_;   // a link kept, or stop(): wakes chain()
+  bool stopping_ = false;        // stop(): chain() and readiness() answer at once
   std::deque<DeltaLink> links_;  // oldest first; links_[i].to == links_[i + 1].from
   std::uint64_t absorbed_ = 0;   // newest version the thread finished with (kept, not smaller or first)
   std::function<void()> listener_;
@@ -145,7 +145,8 @@ class DeltaStore {
   std::unordered_map<std::uint64_t, RefusalWindow> refusals_;
   std::size_t send_cap_ = 16;
   DeltaStoreStats stats_;
-  std::thread thread_;
+  // Last: stopped (and its thread joined) before the state absorb() uses goes.
+  CommitWatcher watcher_{"publisher: delta"};
 };
 
 }  // namespace weightsync::detail

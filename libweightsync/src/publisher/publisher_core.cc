@@ -163,10 +163,7 @@ Status Publisher::Impl::settle_device_publish() {
 }
 
 std::uint64_t Publisher::Impl::checksum_of_slot(std::uint32_t slot) const {
-  detail::StreamHasher hasher(version_key);
-  const auto* base = static_cast<const char*>(ring->slot_data(slot));
-  for (const auto& t : layout.tensors()) hasher.update(base + t.offset, t.bytes);
-  return hasher.digest();
+  return detail::version_checksum(layout, ring->slot_data(slot), version_key);
 }
 
 void Publisher::Impl::announce_commit(std::uint32_t slot, std::uint64_t version) {

@@ -12,31 +12,16 @@ VersionSigner::VersionSigner(const WeightLayout& layout, std::shared_ptr<const S
     : layout_(layout), layout_digest_(layout_digest(layout)), key_(std::move(key)), keep_(keep < 2 ? 2 : keep) {}
 
 VersionSigner::~VersionSigner() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  watcher_.stop();
 }
 
 void VersionSigner::start(const SlotRing* ring) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (thread_.joinable() || ring == nullptr || !key_) return;
-  ring_ = ring;
-  thread_ = std::thread([this] { sign_loop(); });
+  if (ring == nullptr || !key_) return;
+  watcher_.start([this, ring](std::uint32_t slot, std::uint64_t stamp) { sign(*ring, slot, stamp); });
 }
 
 void VersionSigner::committed(std::uint32_t slot, std::uint64_t stamp) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ring_ == nullptr) return;
-    if (job_) ++counters_.superseded;  // never signed: a newer commit came first
-    job_ = true;
-    job_slot_ = slot;
-    job_stamp_ = stamp;
-  }
-  cv_.notify_all();
+  watcher_.committed(slot, stamp);  // a newer commit before the thread takes this one: never signed
 }
 
 void VersionSigner::store_locked(std::uint64_t version, Block block) {
@@ -79,55 +64,53 @@ Result<VersionSigner::Block> VersionSigner::lookup(std::uint64_t version) const 
 }
 
 VersionSigner::Counters VersionSigner::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  Counters out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = counters_;
+  }
+  out.superseded += watcher_.counters().skipped;
+  return out;
 }
 
-void VersionSigner::sign_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || job_; });
-    if (stopping_) return;
-    job_ = false;
-    const std::uint32_t slot = job_slot_;
-    const std::uint64_t stamp = job_stamp_;
-    const std::uint64_t version = stamp >> 1;
-    lock.unlock();
-    const auto start = std::chrono::steady_clock::now();
-    Block block;
-    try {
-      // Seqlock read of the committed slot: the digests count only if the
-      // slot still holds this version after they were taken.
-      std::vector<Sha256Digest> chunks;
-      if (ring_->stamp_before(slot) == stamp) {
-        SeqlockReadScope racy_by_design;
-        chunks = digest_payload(layout_, ring_->slot_data(slot));
-      }
-      if (!chunks.empty() || layout_.payload_bytes() == 0) {
-        if (ring_->stamp_after(slot) == stamp) {
-          auto signed_block = sign_version(*key_, version, layout_digest_, layout_.payload_bytes(), std::move(chunks));
-          if (signed_block.ok()) {
-            block = std::make_shared<const std::vector<std::uint8_t>>(signed_block->encode());
-          } else {
-            WS_ERROR("publisher: version {} left unsigned: {}", version, signed_block.status().to_string());
-          }
+void VersionSigner::sign(const SlotRing& ring, std::uint32_t slot, std::uint64_t stamp) {
+  const std::uint64_t version = stamp >> 1;
+  const auto start = std::chrono::steady_clock::now();
+  Block block;
+  try {
+    // Seqlock read of the committed slot: the digests count only if the
+    // slot still holds this version after they were taken.
+    std::vector<Sha256Digest> chunks;
+    if (ring.stamp_before(slot) == stamp) {
+      SeqlockReadScope racy_by_design;
+      chunks = digest_payload(layout_, ring.slot_data(slot));
+    }
+    if (!chunks.empty() || layout_.payload_bytes() == 0) {
+      if (ring.stamp_after(slot) == stamp) {
+        auto signed_block =
+            sign_version(*key_, version, layout_digest_, layout_.payload_bytes(), std::move(chunks));
+        if (signed_block.ok()) {
+          block = std::make_shared<const std::vector<std::uint8_t>>(signed_block->encode());
+        } else {
+          WS_ERROR("publisher: version {} left unsigned: {}", version, signed_block.status().to_string());
         }
       }
-    } catch (const std::exception& e) {
-      WS_ERROR("publisher: version {} left unsigned: {}", version, e.what());
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    lock.lock();
-    if (block) {
-      store_locked(version, std::move(block));
-      ++counters_.signed_versions;
-      counters_.last_sign_seconds = seconds;
-      counters_.total_sign_seconds += seconds;
-    } else {
-      ++counters_.superseded;  // its slot was taken back while it was hashed
-      if (version > newest_done_) newest_done_ = version;
-    }
-    cv_.notify_all();
+  } catch (const std::exception& e) {
+    WS_ERROR("publisher: version {} left unsigned: {}", version, e.what());
+  } catch (...) {
+    WS_ERROR("publisher: version {} left unsigned: an unknown exception", version);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (block) {
+    store_locked(version, std::move(block));
+    ++counters_.signed_versions;
+    counters_.last_sign_seconds = seconds;
+    counters_.total_sign_seconds += seconds;
+  } else {
+    ++counters_.superseded;  // its slot was taken back while it was hashed
+    if (version > newest_done_) newest_done_ = version;
   }
 }
 

@@ -3,11 +3,12 @@
 //
 // Two ways to fill it:
 // - signing (the trainer: a SigningKey): committed() hands each commit to the
-//   signer's own thread, which digests the version's payload straight from
-//   its slot (a seqlock read: a slot taken back meanwhile yields no block)
-//   and signs it. The publishing thread never waits; when versions come
-//   faster than they can be signed, only the newest waiting one is signed
-//   (the others are superseded: nobody can lease them any more anyway).
+//   signer's own thread (a CommitWatcher, ring/commit_watcher.h), which
+//   digests the version's payload straight from its slot (a seqlock read: a
+//   slot taken back meanwhile yields no block) and signs it. The publishing
+//   thread never waits; when versions come faster than they can be signed,
+//   only the newest waiting one is signed (the others are superseded: nobody
+//   can lease them any more anyway).
 // - forwarding (a relay: no key): attach() stores the block its upstream
 //   served, unchanged.
 // It keeps the blocks of the newest `keep` versions.
@@ -21,21 +22,20 @@
 //
 // Threads: committed() from the publishing thread; attach() and lookup()
 // from any thread. The destructor stops and joins the thread; the ring must
-// outlive the signer. Never throws past its thread: an OpenSSL failure
-// leaves the version unsigned and is logged.
+// outlive the signer. Never throws past its thread: an OpenSSL failure (any
+// exception) leaves the version unsigned and is logged at error.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "auth/signing.h"
+#include "ring/commit_watcher.h"
 #include "ring/slot_ring.h"
 #include "weightsync/layout.h"
 
@@ -51,9 +51,9 @@ class VersionSigner {
   VersionSigner(const VersionSigner&) = delete;
   VersionSigner& operator=(const VersionSigner&) = delete;
 
-  // Starts the signing thread over `ring` (with a key).
+  // Starts the signing thread over `ring` (with a key), once.
   void start(const SlotRing* ring);
-  // `slot` now holds committed version `stamp >> 1`.
+  // `slot` now holds committed version `stamp >> 1`. Nothing before start().
   void committed(std::uint32_t slot, std::uint64_t stamp);
   // A relay's forwarded block for `version` (kept as is, never checked here:
   // the subscribers check it against the trainer's key).
@@ -72,7 +72,7 @@ class VersionSigner {
 
   struct Counters {
     std::uint64_t signed_versions = 0;
-    std::uint64_t superseded = 0;       // committed but never signed
+    std::uint64_t superseded = 0;       // committed but never signed (skipped, or its slot taken back)
     double last_sign_seconds = 0;       // digest + signature of the last version signed
     double total_sign_seconds = 0;
   };
@@ -80,27 +80,23 @@ class VersionSigner {
   bool signing() const noexcept { return key_ != nullptr; }
 
  private:
-  void sign_loop();
+  // The signing thread's work for one commit.
+  void sign(const SlotRing& ring, std::uint32_t slot, std::uint64_t stamp);
   void store_locked(std::uint64_t version, Block block);
 
   const WeightLayout& layout_;
   const Sha256Digest layout_digest_;
   std::shared_ptr<const SigningKey> key_;
   const std::size_t keep_;
-  const SlotRing* ring_ = nullptr;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::map<std::uint64_t, Block> blocks_;
   std::uint64_t newest_done_ = 0;  // newest version signed, attached or given up
   bool forwarded_ = false;         // attach() was called at least once
   std::atomic<bool> forwarding_{false};  // a relay's: set right after the publisher is made
-  bool stopping_ = false;
-  bool job_ = false;
-  std::uint32_t job_slot_ = 0;
-  std::uint64_t job_stamp_ = 0;
-  Counters counters_;
-  std::thread thread_;
+  Counters counters_;  // superseded: those whose slot was taken back; counters() adds the skipped ones
+  // Last: stopped (and its thread joined) before the blocks go.
+  CommitWatcher watcher_{"publisher: signing"};
 };
 
 }  // namespace weightsync::detail

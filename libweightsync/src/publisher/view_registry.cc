@@ -111,7 +111,7 @@ Result<std::uint64_t> ViewRegistry::checksum(std::uint64_t session, std::uint32_
     if (!view) return refuse("ACQUIRE_VIEW names view " + std::to_string(view_id) + ", not one of this session's");
     view->last_leased_version = std::max(view->last_leased_version, stamp >> 1);
     // Being pre-hashed for this very version: wait for it (it is already running).
-    cv_.wait(lock, [&] { return view->hashing_stamp != stamp || stopping_; });
+    cv_.wait(lock, [&] { return view->hashing_stamp != stamp; });
     if (view->stamp == stamp && view->slot == slot && stamp != 0) return view->checksum;
     entries = view->entries;
   }
@@ -133,68 +133,56 @@ ViewRegistry::Counters ViewRegistry::counters() const {
 }
 
 void ViewRegistry::start_prehashing(const SlotRing* ring) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (prehasher_.joinable() || ring == nullptr) return;
-  ring_ = ring;
-  prehasher_ = std::thread([this] { prehash_loop(); });
+  if (ring == nullptr) return;
+  prehasher_.start([this, ring](std::uint32_t slot, std::uint64_t stamp) { prehash(*ring, slot, stamp); });
 }
 
 void ViewRegistry::committed(std::uint32_t slot, std::uint64_t stamp) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ring_ == nullptr) return;
-    job_ = true;  // only the newest commit matters
-    job_slot_ = slot;
-    job_stamp_ = stamp;
-  }
-  cv_.notify_all();
+  prehasher_.committed(slot, stamp);  // only the newest commit matters
 }
 
-void ViewRegistry::prehash_loop() {
+void ViewRegistry::prehash(const SlotRing& ring, std::uint32_t slot, std::uint64_t stamp) {
+  const std::uint64_t version = stamp >> 1;
   std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || job_; });
-    if (stopping_) return;
-    job_ = false;
-    const std::uint32_t slot = job_slot_;
-    const std::uint64_t stamp = job_stamp_;
-    const std::uint64_t version = stamp >> 1;
-    // Hot views: leased at the previous version or this one.
-    std::vector<std::shared_ptr<View>> hot;
-    for (auto& [id, session] : sessions_) {
-      for (auto& [view_id, view] : session.views) {
-        if (view->last_leased_version + 1 >= version && !(view->stamp == stamp && view->slot == slot)) {
-          hot.push_back(view);
-        }
+  // Hot views: leased at the previous version or this one.
+  std::vector<std::shared_ptr<View>> hot;
+  for (auto& [id, session] : sessions_) {
+    for (auto& [view_id, view] : session.views) {
+      if (view->last_leased_version + 1 >= version && !(view->stamp == stamp && view->slot == slot)) {
+        hot.push_back(view);
       }
     }
-    for (auto& view : hot) {
-      if (stopping_ || job_) break;  // stopping, or a newer commit: hash for that one instead
-      view->hashing_stamp = stamp;
-      const Entries entries = view->entries;  // kept alive and unchanged while hashed
-      lock.unlock();
-      auto sum = hash_view(*entries, *ring_, slot, stamp);
+  }
+  for (auto& view : hot) {
+    if (prehasher_.interrupted()) break;  // stopping, or a newer commit: hash for that one instead
+    view->hashing_stamp = stamp;
+    const Entries entries = view->entries;  // kept alive and unchanged while hashed
+    lock.unlock();
+    Result<std::uint64_t> sum = std::uint64_t{0};
+    try {
+      sum = hash_view(*entries, ring, slot, stamp);
+    } catch (...) {
+      // A lease waiting for this hash must not wait forever; the watcher logs it.
       lock.lock();
       view->hashing_stamp = 0;
-      if (sum.ok() && view->entries == entries) {  // the view did not change meanwhile
-        view->slot = slot;
-        view->stamp = stamp;
-        view->checksum = *sum;
-        ++counters_.prehashed;
-      }
       cv_.notify_all();
-      if (!sum.ok()) break;  // the slot was taken back already: nothing left to hash for it
+      throw;
     }
+    lock.lock();
+    view->hashing_stamp = 0;
+    if (sum.ok() && view->entries == entries) {  // the view did not change meanwhile
+      view->slot = slot;
+      view->stamp = stamp;
+      view->checksum = *sum;
+      ++counters_.prehashed;
+    }
+    cv_.notify_all();
+    if (!sum.ok()) break;  // the slot was taken back already: nothing left to hash for it
   }
 }
 
 ViewRegistry::~ViewRegistry() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (prehasher_.joinable()) prehasher_.join();
+  prehasher_.stop();
 }
 
 void ViewRegistry::release_session(std::uint64_t session) {

@@ -15,28 +15,32 @@
 //
 // Pre-hashing: with start_prehashing(), committed() (called by the
 // publishing thread after each commit, never blocking it) has the
-// registry's own thread hash the *hot* views (leased at the previous
+// registry's own thread (a CommitWatcher, ring/commit_watcher.h: the newest
+// commit, the others skipped) hash the *hot* views (leased at the previous
 // version or this one) for the new version at once, so the lease that asks
 // for the checksum finds it ready instead of hashing while the subscriber
-// waits. A lease that arrives while its view is being pre-hashed waits for
-// that hash rather than computing it twice. Views not hot are hashed on
-// first lease, as before.
+// waits. It stops hashing for a version as soon as a newer commit waits. A
+// lease that arrives while its view is being pre-hashed waits for that hash
+// rather than computing it twice. Views not hot are hashed on first lease,
+// as before. An exception while pre-hashing is logged at warn (the view is
+// then hashed on lease).
 //
 // Threads: any thread. Requests of one session come one at a time; a
 // checksum is computed outside the registry's mutex, on the calling worker
-// or the pre-hashing thread. The destructor stops and joins that thread; the
-// ring must outlive the registry.
+// or the pre-hashing thread (which takes the watcher's mutex under the
+// registry's, never the other way round). The destructor stops and joins
+// that thread; the ring must outlive the registry.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "common/checksum.h"
+#include "ring/commit_watcher.h"
 #include "ring/slot_ring.h"
 #include "wire/messages.h"
 
@@ -61,9 +65,11 @@ class ViewRegistry {
   ViewRegistry(const ViewRegistry&) = delete;
   ViewRegistry& operator=(const ViewRegistry&) = delete;
 
-  // Starts the pre-hashing thread over `ring` (publishers with checksums).
+  // Starts the pre-hashing thread over `ring` (publishers with checksums),
+  // once; null: nothing.
   void start_prehashing(const SlotRing* ring);
-  // `slot` now holds a committed version stamped `stamp`.
+  // `slot` now holds a committed version stamped `stamp`. Nothing before
+  // start_prehashing().
   void committed(std::uint32_t slot, std::uint64_t stamp);
 
   // Creates a view (view_id 0) or appends to one of this session's. The reply
@@ -112,21 +118,17 @@ class ViewRegistry {
   // The view's bytes in `slot`, if it still holds `stamp` after they were read.
   Result<std::uint64_t> hash_view(const std::vector<ViewEntry>& entries, const SlotRing& ring,
                                   std::uint32_t slot, std::uint64_t stamp) const;
-  void prehash_loop();
+  // The pre-hashing thread's work for one commit.
+  void prehash(const SlotRing& ring, std::uint32_t slot, std::uint64_t stamp);
 
   const std::uint64_t slot_bytes_;
   std::shared_ptr<const VersionKey> key_;
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, Session> sessions_;
   Counters counters_;
-  // Pre-hashing (guarded by mu_): the newest commit not yet handled.
-  const SlotRing* ring_ = nullptr;
-  std::condition_variable cv_;  // a job, a stop, or a pre-hash finished
-  bool stopping_ = false;
-  bool job_ = false;
-  std::uint32_t job_slot_ = 0;
-  std::uint64_t job_stamp_ = 0;
-  std::thread prehasher_;
+  std::condition_variable cv_;  // a pre-hash finished (View::hashing_stamp cleared)
+  // Last: stopped (and its thread joined) before the views go.
+  CommitWatcher prehasher_{"publisher: view pre-hashing"};
 };
 
 }  // namespace weightsync::detail
