@@ -4,7 +4,7 @@
 #include "auth/handshake.h"
 
 #include "auth/crypto.h"
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {

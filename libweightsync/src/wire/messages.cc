@@ -1,7 +1,7 @@
 // Encoding and validation of control-protocol messages.
 #include "wire/messages.h"
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync::detail {
 namespace {
