@@ -1,4 +1,5 @@
-// Thin wrappers over OpenSSL: random bytes, HMAC-SHA256, constant-time compare.
+// Thin wrappers over OpenSSL: HMAC-SHA256, constant-time compare (random
+// bytes and ids: common/random.h).
 #pragma once
 
 #include <cstddef>
@@ -11,9 +12,6 @@
 
 namespace weightsync::detail {
 
-Status random_bytes(void* out, std::size_t n);
-// A random, non-zero 64-bit identifier (session and lease ids are not guessable).
-Result<std::uint64_t> random_id();
 // HMAC-SHA256 of `message` under `key`. Fails closed: kInternal when OpenSSL
 // cannot compute it (never a zero or partial MAC); the caller must then
 // abort the handshake.

@@ -5,6 +5,7 @@
 
 #include "auth/crypto.h"
 #include "common/byte_codec.h"
+#include "common/random.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {
