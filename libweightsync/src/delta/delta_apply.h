@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/checksum.h"
-#include "transport/data_channel.h"
+#include "ring/read_plan.h"
 #include "weightsync/status.h"
 #include "wire/messages.h"
 

@@ -14,17 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "ring/read_plan.h"
 #include "weightsync/status.h"
 
 namespace weightsync::detail {
-
-// One contiguous piece of a pull: `length` bytes at `slot_offset` in the slot
-// land at `dest`. A plan lists pieces in increasing slot_offset order.
-struct ReadPiece {
-  std::uint64_t slot_offset = 0;
-  std::uint64_t length = 0;
-  void* dest = nullptr;
-};
 
 struct ReadRequest {
   std::uint64_t lease_id = 0;
