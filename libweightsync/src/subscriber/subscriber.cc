@@ -992,7 +992,11 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
     }
     return Status();
   };
-  auto sum = detail::apply_delta_chain(*chain, delta_bytes, layout.total_bytes(), plan.pieces, delta_buffers,
+  detail::DeltaChain decoded;
+  decoded.element_bytes = chain->element_bytes;
+  decoded.links.reserve(links);
+  for (const auto& link : chain->links) decoded.links.push_back({link.from, link.to, link.bytes});
+  auto sum = detail::apply_delta_chain(decoded, delta_bytes, layout.total_bytes(), plan.pieces, delta_buffers,
                                        version_key, before_link);
   if (!sum.ok()) return sum.status();
   const detail::DeltaLinkHeader& last = chain->links.back();
