@@ -15,12 +15,12 @@
 
 #include "auth/handshake.h"
 #include "auth/integrity.h"
+#include "common/byte_codec.h"
 #include "peers.h"
 #include "tcp_proxy.h"
 #include "weightsync/log.h"
 #include "weightsync/publisher.h"
 #include "weightsync/subscriber.h"
-#include "wire/byte_codec.h"
 
 using namespace weightsync;
 using namespace wstest;

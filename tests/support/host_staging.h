@@ -1,7 +1,8 @@
 // A DeviceBackend whose "device" is host memory and whose copy engines are
-// threads: it lets the staged-pull windowing (libweightsync cuda/staging.h)
-// and the device-publish pipeline (publisher/device_publish.h) run,
-// bit-exact and under stress, on machines without a GPU.
+// threads: it lets the staged-pull windowing (libweightsync
+// transport/staging_channel.h) and the device-publish pipeline
+// (publisher/device_publish.h) run, bit-exact and under stress, on machines
+// without a GPU.
 // - HostStagingEngine: each chunk's copies run on the engine's thread after
 //   `delay` (to widen any window where a chunk could be reused before its
 //   copies are done); wait(i) blocks until chunk i's copies have run.

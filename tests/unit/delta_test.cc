@@ -102,9 +102,9 @@ TEST_CASE("delta apply: a chain of two links lands bit-exact in scattered pieces
   std::vector<std::uint8_t> scratch, d12, d23;
   REQUIRE(encode_delta(v1.data(), v2.data(), bytes, 2, 1, scratch, d12).ok());
   REQUIRE(encode_delta(v2.data(), v3.data(), bytes, 2, 1, scratch, d23).ok());
-  DeltaMsg chain;
+  DeltaChain chain;
   chain.element_bytes = 2;
-  chain.links = {{1, 2, 0, d12.size()}, {2, 3, 0, d23.size()}};
+  chain.links = {{1, 2, d12.size()}, {2, 3, d23.size()}};
   std::vector<std::uint8_t> compressed = d12;
   compressed.insert(compressed.end(), d23.begin(), d23.end());
   // Two "tensors" in separate buffers, holding v1's bytes; [4000, 4096) is padding.
@@ -208,9 +208,9 @@ TEST_CASE("delta apply: before_link can stop a chain between links (issue 30, fi
   std::vector<std::uint8_t> scratch, d12, d23;
   REQUIRE(encode_delta(v1.data(), v2.data(), bytes, 2, 1, scratch, d12).ok());
   REQUIRE(encode_delta(v2.data(), v3.data(), bytes, 2, 1, scratch, d23).ok());
-  DeltaMsg chain;
+  DeltaChain chain;
   chain.element_bytes = 2;
-  chain.links = {{1, 2, 0, d12.size()}, {2, 3, 0, d23.size()}};
+  chain.links = {{1, 2, d12.size()}, {2, 3, d23.size()}};
   std::vector<std::uint8_t> compressed = d12;
   compressed.insert(compressed.end(), d23.begin(), d23.end());
   auto dest = v1;

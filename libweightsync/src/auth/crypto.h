@@ -1,19 +1,22 @@
-// Thin wrappers over OpenSSL: random bytes, HMAC-SHA256, constant-time compare.
+// Thin wrappers over OpenSSL: HMAC-SHA256, constant-time compare (random
+// bytes and ids: common/random.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "weightsync/status.h"
-#include "wire/messages.h"
 
 namespace weightsync::detail {
 
-Status random_bytes(void* out, std::size_t n);
-// A random, non-zero 64-bit identifier (session and lease ids are not guessable).
-Result<std::uint64_t> random_id();
+// An HMAC-SHA256 value: the handshake's proofs (wire/messages.h carries them
+// as MacField, the same type) and the integrity layer's keys.
+inline constexpr std::size_t kMacBytes = 32;
+using Mac = std::array<std::uint8_t, kMacBytes>;
+
 // HMAC-SHA256 of `message` under `key`. Fails closed: kInternal when OpenSSL
 // cannot compute it (never a zero or partial MAC); the caller must then
 // abort the handshake.

@@ -3,11 +3,17 @@
 // HandshakeResponder state machine, auth/server_handshake.h).
 #include "auth/handshake.h"
 
+#include <type_traits>
+
 #include "auth/crypto.h"
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
+#include "common/random.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {
+
+static_assert(std::is_same_v<Mac, MacField>, "AUTH and WELCOME carry an HMAC-SHA256 (auth/crypto.h: Mac)");
+
 namespace {
 
 constexpr const char* kServerPeer = "publisher";

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "auth/crypto.h"
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 #include "wire/frame_io.h"
 
 namespace weightsync::detail {

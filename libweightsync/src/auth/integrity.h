@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "auth/crypto.h"
 #include "common/checksum.h"
 #include "net/record_layer.h"
 #include "net/socket.h"

@@ -5,6 +5,7 @@
 #include "auth/handshake.h"
 #include "auth/integrity.h"
 #include "common/printable.h"
+#include "common/random.h"
 
 namespace weightsync::detail {
 

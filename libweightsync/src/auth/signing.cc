@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync::detail {
 namespace {

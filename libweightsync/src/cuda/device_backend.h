@@ -2,7 +2,7 @@
 // cuda_ipc transport, behind one seam:
 // - checking that a pointer is device memory of the current device;
 // - StagingEngine: K page-locked host chunks and the asynchronous copies out
-//   of them to the device (staged pulls, cuda/staging.h);
+//   of them to the device (staged pulls, transport/staging_channel.h);
 // - AsyncCopier: copies from device memory into slots, ordered after the
 //   caller's stream, waited for by the publisher's commit thread
 //   (publisher/device_publish.h);

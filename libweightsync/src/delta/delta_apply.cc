@@ -6,11 +6,14 @@
 
 namespace weightsync::detail {
 
-Result<std::uint64_t> apply_delta_chain(const DeltaMsg& chain, const std::vector<std::uint8_t>& compressed,
+Result<std::uint64_t> apply_delta_chain(const DeltaChain& chain, const std::vector<std::uint8_t>& compressed,
                                         std::uint64_t image_bytes, const std::vector<ReadPiece>& pieces,
                                         DeltaApplyBuffers& buffers, const std::shared_ptr<const VersionKey>& key,
                                         const std::function<Status(std::size_t link)>& before_link) {
-  if (compressed.size() != chain.total_bytes()) {
+  std::uint64_t total = 0;
+  bool overflow = false;
+  for (const auto& link : chain.links) overflow |= __builtin_add_overflow(total, link.bytes, &total);
+  if (overflow || compressed.size() != total) {
     return Status(ErrorCode::kInternal, "delta bytes do not match the chain's sizes");
   }
   for (const auto& piece : pieces) {

@@ -17,21 +17,34 @@
 #include <vector>
 
 #include "common/checksum.h"
-#include "transport/data_channel.h"
+#include "ring/read_plan.h"
 #include "weightsync/status.h"
-#include "wire/messages.h"
 
 namespace weightsync::detail {
+
+// A decoded chain, what applying it needs of each link: the versions it
+// goes between (for errors) and its compressed size. The subscriber builds it
+// from DELTA (wire/messages.h: DeltaMsg, whose decode checked the chain).
+struct DeltaChainLink {
+  std::uint64_t from = 0;
+  std::uint64_t to = 0;
+  std::uint64_t bytes = 0;  // compressed size
+};
+struct DeltaChain {
+  std::uint8_t element_bytes = 1;  // 1, 2, 4 or 8 (delta/delta_codec.h)
+  std::vector<DeltaChainLink> links;
+};
 
 struct DeltaApplyBuffers {
   std::vector<std::uint8_t> xor_image;
   std::vector<std::uint8_t> scratch;
 };
 
-// `compressed` holds the links' bytes in order; `pieces` is a whole plan
-// (every tensor once, in layout order). Returns the xxHash3 of the pieces'
-// bytes after the last link, in order (the keyed tag with `key`).
-Result<std::uint64_t> apply_delta_chain(const DeltaMsg& chain, const std::vector<std::uint8_t>& compressed,
+// `compressed` holds the links' bytes in order (exactly the sum of their
+// sizes, else kInternal); `pieces` is a whole plan (every tensor once, in
+// layout order). Returns the xxHash3 of the pieces' bytes after the last
+// link, in order (the keyed tag with `key`).
+Result<std::uint64_t> apply_delta_chain(const DeltaChain& chain, const std::vector<std::uint8_t>& compressed,
                                         std::uint64_t image_bytes, const std::vector<ReadPiece>& pieces,
                                         DeltaApplyBuffers& buffers,
                                         const std::shared_ptr<const VersionKey>& key = nullptr,

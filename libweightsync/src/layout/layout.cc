@@ -4,7 +4,7 @@
 
 #include <unordered_set>
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync {
 

@@ -12,10 +12,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "auth/crypto.h"
 #include "auth/server_handshake.h"
 #include "common/log.h"
 #include "common/printable.h"
+#include "common/random.h"
 #include "net/peer_identity.h"
 #include "net/unix_socket.h"
 #include "publisher/control_handler.h"

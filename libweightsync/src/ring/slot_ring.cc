@@ -5,8 +5,8 @@
 #include <new>
 #include <string>
 
-#include "auth/crypto.h"
 #include "common/log.h"
+#include "common/random.h"
 
 namespace weightsync::detail {
 

@@ -11,11 +11,12 @@
 #include "common/checksum.h"
 #include "common/deadline.h"
 #include "common/log.h"
-#include "cuda/staging.h"
+#include "cuda/device_backend.h"
 #include "delta/delta_apply.h"
 #include "subscriber/control_client.h"
 #include "subscriber/negotiation.h"
 #include "subscriber/subscriber_settings.h"
+#include "transport/staging_channel.h"
 
 namespace weightsync {
 
@@ -102,8 +103,9 @@ class Subscriber::Impl {
   std::uint64_t held_version = 0;
   Status sticky;
   SubscriberStats stats;
-  // Pulls into CUDA memory over a channel that cannot write it: made on first use.
-  std::unique_ptr<detail::StagingEngine> staging;
+  // Pulls into CUDA memory over a channel that cannot write it: `channel`
+  // behind page-locked staging chunks, made on first use.
+  std::unique_ptr<detail::StagingChannel> staging;
   // Views registered with the publisher, by a hash of their entries.
   std::unordered_map<std::uint64_t, std::vector<std::pair<std::vector<detail::ViewEntry>, std::uint32_t>>>
       views;
@@ -470,12 +472,12 @@ class Subscriber::Impl {
     return options.accept_streaming && streaming_offered && std::string(channel->name()) == "tcp";
   }
 
-  // The staging engine for device destinations, made once.
+  // The staging channel for device destinations, made once.
   Status ensure_staging() {
     if (staging) return Status();
     auto engine = detail::device_backend().make_staging(options.staging_chunks, options.staging_chunk_bytes);
     if (!engine.ok()) return engine.status();
-    staging = std::move(*engine);
+    staging = std::make_unique<detail::StagingChannel>(*channel, std::move(*engine));
     WS_INFO("subscriber: staging pulls into CUDA memory through {} page-locked chunks of {} bytes ({})",
             options.staging_chunks, options.staging_chunk_bytes, channel->name());
     return Status();
@@ -534,7 +536,7 @@ class Subscriber::Impl {
       received += n;
       if (pull_options.on_progress) pull_options.on_progress(received, total);
     };
-    auto stamp_after = staged ? detail::staged_read(*channel, request, *staging) : channel->read(request);
+    auto stamp_after = staged ? staging->read(request) : channel->read(request);
     // The publisher closes a data connection after any refusal but a revoked version.
     if (!stamp_after.ok())
       note_status(stamp_after.status(), stamp_after.status().code() != ErrorCode::kVersionRevoked);
@@ -800,7 +802,7 @@ std::uint64_t Subscriber::held_version() const noexcept {
 }
 SubscriberStats Subscriber::stats() const {
   SubscriberStats s = impl_->stats;
-  s.registrations = impl_->channel->registrations() + (impl_->staging ? impl_->staging->chunk_count() : 0);
+  s.registrations = impl_->staging ? impl_->staging->registrations() : impl_->channel->registrations();
   s.registrations_released = impl_->channel->released_registrations();
   return s;
 }
@@ -992,7 +994,11 @@ Result<PullResult> Subscriber::Impl::delta_attempt(const PullPlan::State& plan, 
     }
     return Status();
   };
-  auto sum = detail::apply_delta_chain(*chain, delta_bytes, layout.total_bytes(), plan.pieces, delta_buffers,
+  detail::DeltaChain decoded;
+  decoded.element_bytes = chain->element_bytes;
+  decoded.links.reserve(links);
+  for (const auto& link : chain->links) decoded.links.push_back({link.from, link.to, link.bytes});
+  auto sum = detail::apply_delta_chain(decoded, delta_bytes, layout.total_bytes(), plan.pieces, delta_buffers,
                                        version_key, before_link);
   if (!sum.ok()) return sum.status();
   const detail::DeltaLinkHeader& last = chain->links.back();

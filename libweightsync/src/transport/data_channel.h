@@ -14,17 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "ring/read_plan.h"
 #include "weightsync/status.h"
 
 namespace weightsync::detail {
-
-// One contiguous piece of a pull: `length` bytes at `slot_offset` in the slot
-// land at `dest`. A plan lists pieces in increasing slot_offset order.
-struct ReadPiece {
-  std::uint64_t slot_offset = 0;
-  std::uint64_t length = 0;
-  void* dest = nullptr;
-};
 
 struct ReadRequest {
   std::uint64_t lease_id = 0;
@@ -66,7 +59,8 @@ class DataChannel {
   virtual std::uint64_t released_registrations() const { return 0; }
   virtual std::uint64_t registration_generation() const { return 0; }
   // Whether plan pieces may point into CUDA device memory. Channels that
-  // cannot write it are given host staging chunks instead (cuda/staging.h).
+  // cannot write it read into host staging chunks instead, behind a
+  // StagingChannel (transport/staging_channel.h).
   virtual bool writes_device_memory() const { return false; }
   // The newest committed version this channel can see without a round trip
   // (shm: the mapped stamp page), or nullopt if it cannot tell. Only ever a

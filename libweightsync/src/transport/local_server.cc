@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include "auth/crypto.h"
+#include "common/random.h"
 #include "net/unix_socket.h"
 #include "wire/frame_io.h"
 #include "wire/messages.h"

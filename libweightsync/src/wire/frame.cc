@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync::detail {
 

@@ -1,7 +1,7 @@
 // Encoding and validation of control-protocol messages.
 #include "wire/messages.h"
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync::detail {
 namespace {
@@ -85,7 +85,7 @@ std::vector<std::uint8_t> AuthMsg::encode() const {
 Result<AuthMsg> AuthMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   AuthMsg m;
-  if (!r.bytes(m.client_mac.data(), kMacBytes) || !finish(r)) return malformed("AUTH");
+  if (!r.bytes(m.client_mac.data(), kMacFieldBytes) || !finish(r)) return malformed("AUTH");
   return m;
 }
 
@@ -99,7 +99,7 @@ std::vector<std::uint8_t> WelcomeMsg::encode() const {
 Result<WelcomeMsg> WelcomeMsg::decode(const std::vector<std::uint8_t>& p) {
   ByteReader r(p.data(), p.size());
   WelcomeMsg m;
-  if (!r.bytes(m.server_mac.data(), kMacBytes) || !r.u64(&m.session_id) || !finish(r)) {
+  if (!r.bytes(m.server_mac.data(), kMacFieldBytes) || !r.u64(&m.session_id) || !finish(r)) {
     return malformed("WELCOME");
   }
   return m;

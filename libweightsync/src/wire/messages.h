@@ -15,7 +15,9 @@
 namespace weightsync::detail {
 
 inline constexpr std::size_t kNonceBytes = 32;
-inline constexpr std::size_t kMacBytes = 32;
+// AUTH's client_mac and WELCOME's server_mac: 32 bytes on the wire. auth/
+// computes and checks them (its Mac, HMAC-SHA256, is the same type).
+inline constexpr std::size_t kMacFieldBytes = 32;
 inline constexpr std::size_t kMaxClientName = 256;
 inline constexpr std::size_t kMaxErrorMessage = 4096;
 inline constexpr std::uint32_t kMaxReadRanges = 4096;
@@ -24,7 +26,7 @@ inline constexpr std::size_t kMaxTransportName = 32;
 inline constexpr std::size_t kMaxTransportBlob = 1u << 20;
 
 using Nonce = std::array<std::uint8_t, kNonceBytes>;
-using Mac = std::array<std::uint8_t, kMacBytes>;
+using MacField = std::array<std::uint8_t, kMacFieldBytes>;
 
 // kControl: the control plane; kData: the TCP data transport; kShm: the
 // same-host shared-memory transport (on the publisher's Unix socket only).
@@ -52,13 +54,13 @@ struct ChallengeMsg {
 };
 
 struct AuthMsg {
-  Mac client_mac{};  // all zero when the server does not require auth
+  MacField client_mac{};  // all zero when the server does not require auth
   std::vector<std::uint8_t> encode() const;
   static Result<AuthMsg> decode(const std::vector<std::uint8_t>& p);
 };
 
 struct WelcomeMsg {
-  Mac server_mac{};  // proves the server knows the secret; zero without auth
+  MacField server_mac{};  // proves the server knows the secret; zero without auth
   std::uint64_t session_id = 0;
   std::vector<std::uint8_t> encode() const;
   static Result<WelcomeMsg> decode(const std::vector<std::uint8_t>& p);

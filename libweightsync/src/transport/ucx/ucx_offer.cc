@@ -1,7 +1,7 @@
 // UcxOffer encoding; every length is bounded on decode.
 #include "transport/ucx/ucx_offer.h"
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync::detail {
 namespace {

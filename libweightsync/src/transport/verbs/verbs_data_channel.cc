@@ -7,8 +7,8 @@
 // gone) or kProtocolError (it refused the access: a bad rkey or range).
 #include <map>
 
-#include "auth/crypto.h"
 #include "common/deadline.h"
+#include "common/random.h"
 #include "transport/registration_cache.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_sides.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "auth/crypto.h"
+#include "common/random.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_sides.h"
 

@@ -1,7 +1,7 @@
 // Encoding of the verbs transport's blobs; every field is bounds-checked.
 #include "transport/verbs/verbs_wire.h"
 
-#include "wire/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace weightsync::detail {
 namespace {

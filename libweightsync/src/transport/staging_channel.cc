@@ -1,11 +1,13 @@
-// Staged reads (staging.h).
-#include "cuda/staging.h"
+// Staged reads (staging_channel.h).
+#include "transport/staging_channel.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace weightsync::detail {
 
-Result<std::uint64_t> staged_read(DataChannel& channel, const ReadRequest& base, StagingEngine& engine) {
+Result<std::uint64_t> StagingChannel::read(const ReadRequest& base) {
+  StagingEngine& engine = *engine_;
   const std::size_t capacity = engine.chunk_bytes();
   const std::size_t chunks = engine.chunk_count();
   std::vector<ReadPiece> window;
@@ -20,7 +22,7 @@ Result<std::uint64_t> staged_read(DataChannel& channel, const ReadRequest& base,
     const std::size_t index = window_index % chunks;
     ReadRequest request = base;
     request.plan = &window;
-    auto read = channel.read(request);
+    auto read = inner_.read(request);
     if (!read.ok()) {
       failed = read.status();
       return false;
