@@ -44,7 +44,7 @@
 #                             of subscriber.h's Destinations and TensorSlices
 #                             (weightsync/sharding.h includes it); a relay is a
 #                             Subscriber feeding a Publisher through its
-#                             internals (publisher/publisher_access.h);
+#                             internals (publisher/publisher_core.h);
 #                             describe_settings() reports what the publisher's
 #                             and the subscriber's resolution would give
 #                             (publisher/publisher_settings.h,
