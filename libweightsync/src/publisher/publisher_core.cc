@@ -22,9 +22,9 @@ using Clock = std::chrono::steady_clock;
 
 Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout layout,
                                                                  const PublisherOptions& options) try {
-  auto resolved = detail::resolve_publisher_settings(options);
-  if (!resolved.ok()) return resolved.status();
-  const detail::PublisherSettings& settings = *resolved;
+  auto resolution = detail::resolve_publisher_settings(options);
+  if (!resolution.ok()) return resolution.status();
+  const detail::PublisherSettings& resolved = *resolution;
   // Subscribers receive the layout in one reply frame; it must fit.
   if (layout.serialize().size() + 64 > detail::kMaxReplyPayload) {
     return Status(ErrorCode::kInvalidArgument, "the layout's encoding exceeds the protocol's " +
@@ -32,17 +32,17 @@ Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout la
                                                    "-byte reply limit; use fewer tensors or shorter names");
   }
   auto impl = std::make_unique<Impl>(std::move(layout));
-  impl->checksums = settings.checksum.value;
-  impl->settings = settings.reports();
-  impl->io_timeout_ms = settings.io_timeout_ms.value;
-  if (settings.integrity.value) {
-    auto key = detail::derive_version_key(settings.secret.value);
+  impl->checksums = resolved.checksum.value;
+  impl->settings = resolved.reports();
+  impl->io_timeout_ms = resolved.io_timeout_ms.value;
+  if (resolved.integrity.value) {
+    auto key = detail::derive_version_key(resolved.secret.value);
     if (!key.ok()) return key.status();
     impl->version_key = std::move(*key);
   }
-  if (Status s = impl->make_ring(settings, options); !s.ok()) return s;
-  if (Status s = impl->start_server(settings, options); !s.ok()) return s;
-  if (settings.secret.value.empty()) {
+  if (Status s = impl->make_ring(resolved, options); !s.ok()) return s;
+  if (Status s = impl->start_server(resolved, options); !s.ok()) return s;
+  if (resolved.secret.value.empty()) {
     WS_WARN(
         "publisher: no secret configured (WEIGHTSYNC_SECRET): listening on loopback {} only; "
         "set a secret to serve other hosts",
@@ -51,7 +51,7 @@ Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout la
   WS_INFO(
       "publisher: {}:{}, {} slots x {} bytes (allocator {}), signatures {}; settings: {}", impl->bind_host,
       impl->port, options.slots, impl->layout.total_bytes(), impl->ring->allocator_name(),
-      settings.signer_key ? "key " + detail::short_hex(settings.signer_key->key_id()) : std::string("off"),
+      resolved.signer_key ? "key " + detail::short_hex(resolved.signer_key->key_id()) : std::string("off"),
       detail::settings_log_text(impl->settings));
   return impl;
 } catch (const std::exception& e) {
@@ -60,18 +60,18 @@ Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout la
 
 // The transports first (one may allocate the slots:
 // WEIGHTSYNC_SLOT_ALLOCATOR=ucx), then the ring, then the transports start on it.
-Status Publisher::Impl::make_ring(const detail::PublisherSettings& settings,
+Status Publisher::Impl::make_ring(const detail::PublisherSettings& resolved,
                                   const PublisherOptions& options) {
-  const bool cuda_slots = settings.cuda_slots;
+  const bool cuda_slots = resolved.cuda_slots;
   if (auto host = detail::host_identity(); !host.ok())
     return host.status();  // a malformed WEIGHTSYNC_HOST_ID
   auto prepared = detail::ServedTransports::prepare(detail::ServeSettings{
-      detail::is_loopback_host(settings.bind_address.value), settings.encryption.value, cuda_slots});
+      detail::is_loopback_host(resolved.bind_address.value), resolved.encryption.value, cuda_slots});
   if (!prepared.ok()) return prepared.status();
   transports = std::move(*prepared);
   // Never a transport's allocator by default: UCX's shared-memory transports
   // map UCX-allocated slots read-write into every ucx subscriber.
-  const std::string& asked = settings.slot_allocator.value;
+  const std::string& asked = resolved.slot_allocator.value;
   const std::string choice = cuda_slots ? "cuda" : asked == "auto" ? "memfd" : asked;
   const detail::SlotAllocator stamps_allocator = detail::memfd_slot_allocator(options.lock_memory);
   Result<detail::SlotAllocator> slot_allocator = stamps_allocator;
@@ -81,12 +81,12 @@ Status Publisher::Impl::make_ring(const detail::PublisherSettings& settings,
     slot_allocator = transports->slot_allocator(choice, options.lock_memory);
     if (!slot_allocator.ok()) {
       return Status(ErrorCode::kInvalidConfig, "slot allocator '" + choice + "' (from " +
-                                                   detail::to_string(settings.slot_allocator.source) +
+                                                   detail::to_string(resolved.slot_allocator.source) +
                                                    "): " + slot_allocator.status().message());
     }
   }
   auto made = detail::SlotRing::create(options.slots, layout.total_bytes(), options.full_ring_policy,
-                                       std::chrono::milliseconds(settings.lease_timeout_ms.value),
+                                       std::chrono::milliseconds(resolved.lease_timeout_ms.value),
                                        *slot_allocator, cuda_slots ? &stamps_allocator : nullptr);
   if (!made.ok()) return made.status();
   ring = std::move(*made);
@@ -95,26 +95,26 @@ Status Publisher::Impl::make_ring(const detail::PublisherSettings& settings,
 
 // The listener, the commit threads (view pre-hashing, signing, deltas) and
 // the server that answers from them.
-Status Publisher::Impl::start_server(const detail::PublisherSettings& settings,
+Status Publisher::Impl::start_server(const detail::PublisherSettings& resolved,
                                      const PublisherOptions& options) {
-  auto listener = detail::listen_tcp(settings.bind_address.value, options.port);
+  auto listener = detail::listen_tcp(resolved.bind_address.value, options.port);
   if (!listener.ok()) return listener.status();
   auto bound = detail::local_port(*listener);
   if (!bound.ok()) return bound.status();
-  bind_host = settings.bind_address.value;
+  bind_host = resolved.bind_address.value;
   port = *bound;
 
   detail::ServerConfig config;
-  config.secret = settings.secret.value;
-  config.integrity = settings.integrity.value;
-  config.encryption = settings.encryption.value;
-  config.io_timeout_ms = settings.io_timeout_ms.value;
+  config.secret = resolved.secret.value;
+  config.integrity = resolved.integrity.value;
+  config.encryption = resolved.encryption.value;
+  config.io_timeout_ms = resolved.io_timeout_ms.value;
   config.max_connections = options.max_connections;
   config.max_handshakes = options.max_handshakes;
   config.max_handshakes_per_address = options.max_handshakes_per_address;
   // A peer never gets longer to authenticate than to answer any other message.
-  config.handshake_timeout_ms = std::min(settings.handshake_timeout_ms.value, settings.io_timeout_ms.value);
-  config.idle_timeout_ms = settings.idle_timeout_ms.value;
+  config.handshake_timeout_ms = std::min(resolved.handshake_timeout_ms.value, resolved.io_timeout_ms.value);
+  config.idle_timeout_ms = resolved.idle_timeout_ms.value;
   detail::ServedState state;
   state.layout = &layout;
   state.ring = ring.get();
@@ -123,15 +123,15 @@ Status Publisher::Impl::start_server(const detail::PublisherSettings& settings,
   views = std::make_unique<detail::ViewRegistry>(ring->slot_bytes(), version_key);
   if (checksums) views->start_prehashing(ring.get());
   state.views = views.get();
-  signer = std::make_unique<detail::VersionSigner>(layout, settings.signer_key, options.slots + 2);
+  signer = std::make_unique<detail::VersionSigner>(layout, resolved.signer_key, options.slots + 2);
   signer->start(ring.get());
   state.signatures = signer.get();
-  if (settings.deltas.value) {
+  if (resolved.deltas.value) {
     auto store =
         detail::DeltaStore::create(layout, *ring, options.delta_history, options.delta_level, version_key);
     if (!store.ok()) {
       return Status(store.status().code(), "deltas (from " +
-                                               std::string(detail::to_string(settings.deltas.source)) +
+                                               std::string(detail::to_string(resolved.deltas.source)) +
                                                "): " + store.status().message());
     }
     deltas = std::move(*store);

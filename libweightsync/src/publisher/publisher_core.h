@@ -107,8 +107,8 @@ class Publisher::Impl {
 
  private:
   // create()'s steps.
-  Status make_ring(const detail::PublisherSettings& settings, const PublisherOptions& options);
-  Status start_server(const detail::PublisherSettings& settings, const PublisherOptions& options);
+  Status make_ring(const detail::PublisherSettings& resolved, const PublisherOptions& options);
+  Status start_server(const detail::PublisherSettings& resolved, const PublisherOptions& options);
   // The hash of a committed slot's tensors in layout order (padding excluded).
   std::uint64_t checksum_of_slot(std::uint32_t slot) const;
   // The threads that work from committed versions: view pre-hashing, deltas, signing.
