@@ -155,3 +155,50 @@ TEST_CASE(
   }
   CHECK((*publisher)->stats().leases_active == 0);
 }
+
+// Issue 31: TRANSPORT_CONNECT goes to the started transport of that name
+// (publisher/served_transports.h). A subscriber naming a transport that
+// takes no connection, or one this publisher does not serve, or sending a
+// request that does not decode, is answered with an error: nothing is made
+// for it; a refusal leaves the session as it was, a request that does not
+// decode closes it.
+TEST_CASE(
+    "transport connect: a transport that takes no connection or an unknown one is refused and the session "
+    "goes on, a malformed request closes it",
+    "[robustness][transports]") {
+  const auto layout = bytes_layout(1 << 16, 2);
+  PublisherOptions options;
+  options.secret = kSecret;
+  options.io_timeout_ms = kIoTimeoutMs;
+  auto publisher = Publisher::create(layout, options);
+  REQUIRE(publisher.ok());
+  publish_pattern(**publisher, 1);
+  const auto deadline = Deadline::after(std::chrono::seconds(5));
+  auto control = raw_connect((*publisher)->address());
+  REQUIRE(client_handshake(control, kSecret, Role::kControl, 0, "connector", deadline).ok());
+  auto ask = [&](const std::vector<std::uint8_t>& payload) {
+    REQUIRE(write_frame(control, MsgType::kTransportConnect, payload, deadline, "p").ok());
+    return read_expected(control, MsgType::kTransportAccept, kMaxReplyPayload, deadline, "p");
+  };
+  auto refused = ask(TransportConnectMsg{"tcp", {1, 2, 3}}.encode());  // tcp: served, takes no connection
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == ErrorCode::kInvalidConfig);
+  CHECK_THAT(refused.status().message(), Catch::Contains("takes no connection"));
+  auto unknown = ask(TransportConnectMsg{"carrier-pigeon", std::vector<std::uint8_t>(4096, 0x5A)}.encode());
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().code() == ErrorCode::kInvalidConfig);
+  CHECK_THAT(unknown.status().message(), Catch::Contains("not served here"));
+  // The session is intact: it is still answered, and leases still work.
+  REQUIRE(write_frame(control, MsgType::kGetSlotTable, {}, deadline, "p").ok());
+  auto table = read_expected(control, MsgType::kSlotTable, kMaxReplyPayload, deadline, "p");
+  INFO(table.status().to_string());
+  REQUIRE(table.ok());
+  CHECK(raw_acquire(control, deadline).version == 1);
+  // A request that does not decode is a protocol error: answered, then closed.
+  const std::uint64_t errors_before = (*publisher)->stats().protocol_errors;
+  auto malformed = ask({0xff, 0xff, 0xff});
+  REQUIRE_FALSE(malformed.ok());
+  CHECK(malformed.status().code() == ErrorCode::kProtocolError);
+  expect_closed(control, std::chrono::milliseconds(3 * kIoTimeoutMs));
+  CHECK((*publisher)->stats().protocol_errors == errors_before + 1);
+}
