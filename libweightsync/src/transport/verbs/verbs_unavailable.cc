@@ -1,4 +1,5 @@
 // The ibverbs factory of a build without libibverbs: every call says so.
+#include "transport/one_sided.h"
 #include "transport/verbs/verbs_transport.h"
 
 namespace weightsync::detail {
@@ -17,6 +18,8 @@ class UnavailableVerbs final : public TransportFactory {
   Result<std::unique_ptr<ServedTransport>> serve(const ServeSettings&) const override {
     return Status(ErrorCode::kInvalidConfig, kNotBuilt);
   }
+  // Refused under encryption whether built or not, as the real one is.
+  Status usable(const ChannelParams& params) const override { return one_sided_use_refusal(params); }
   Result<std::unique_ptr<DataChannel>> open(const std::vector<std::uint8_t>&,
                                             const ChannelParams&) const override {
     return Status(ErrorCode::kInvalidConfig, kNotBuilt);
