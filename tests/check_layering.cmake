@@ -39,7 +39,7 @@
 #   publisher, subscriber     the two ends, composing everything below; they
 #                             talk to each other only over the wire.
 #   narrow, sharding, relay,  built on the ends: NarrowingPublisher wraps a
-#   settings                  Publisher (weightsync/narrow.h includes
+#   settings, staged          Publisher (weightsync/narrow.h includes
 #                             weightsync/publisher.h); routing plans are made
 #                             of subscriber.h's Destinations and TensorSlices
 #                             (weightsync/sharding.h includes it); a relay is a
@@ -48,7 +48,9 @@
 #                             describe_settings() reports what the publisher's
 #                             and the subscriber's resolution would give
 #                             (publisher/publisher_settings.h,
-#                             subscriber/subscriber_settings.h).
+#                             subscriber/subscriber_settings.h); staged
+#                             updates are a Subscriber pulling into buffers
+#                             it owns (subscriber/destination_plan.h).
 #
 # Public headers (libweightsync/include/weightsync/*.h) are vocabulary that any
 # folder may include, except those listed in `public_homes`: they belong to the
@@ -76,7 +78,7 @@ if(NOT INCLUDE)
 endif()
 get_filename_component(LIBROOT "${SRC}/.." ABSOLUTE)
 
-set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings")
+set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged")
 # Public headers that belong to an upper layer: header=folder ("-": none).
 set(public_homes
   "cuda.h=cuda"
@@ -87,6 +89,7 @@ set(public_homes
   "narrow.h=narrow"
   "sharding.h=sharding"
   "relay.h=relay"
+  "staged_updates.h=staged"
   "weightsync.h=-")
 # The folders of libweightsync/ this script covers.
 set(covered_roots src include)

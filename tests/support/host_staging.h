@@ -170,6 +170,16 @@ class HostAsyncCopier final : public weightsync::detail::AsyncCopier {
   std::thread worker_;
 };
 
+// "Device" memory that is host memory, zero-filled like cudaMalloc'd staging.
+class HostDeviceAllocation final : public weightsync::detail::DeviceAllocation {
+ public:
+  explicit HostDeviceAllocation(std::size_t bytes) : bytes_(bytes, 0) {}
+  void* data() override { return bytes_.data(); }
+
+ private:
+  std::vector<char> bytes_;
+};
+
 inline weightsync::detail::DeviceBackend host_staging_backend(
     std::chrono::microseconds delay = std::chrono::microseconds(0),
     std::shared_ptr<CopierControl> control = std::make_shared<CopierControl>()) {
@@ -191,6 +201,14 @@ inline weightsync::detail::DeviceBackend host_staging_backend(
   backend.pin_host = [](void*,
                         std::size_t) -> weightsync::Result<std::unique_ptr<weightsync::detail::HostPin>> {
     return std::unique_ptr<weightsync::detail::HostPin>(new weightsync::detail::HostPin());
+  };
+  backend.allocate = [](std::size_t bytes)
+      -> weightsync::Result<std::unique_ptr<weightsync::detail::DeviceAllocation>> {
+    return std::unique_ptr<weightsync::detail::DeviceAllocation>(new HostDeviceAllocation(bytes));
+  };
+  backend.copy_within_device = [](void* dest, const void* source, std::size_t bytes) {
+    std::memcpy(dest, source, bytes);
+    return weightsync::Status();
   };
   return backend;
 }

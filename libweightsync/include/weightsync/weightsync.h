@@ -17,6 +17,7 @@
 #include "weightsync/relay.h"
 #include "weightsync/settings.h"
 #include "weightsync/sharding.h"
+#include "weightsync/staged_updates.h"
 #include "weightsync/status.h"
 #include "weightsync/subscriber.h"
 #include "weightsync/subscriber_group.h"

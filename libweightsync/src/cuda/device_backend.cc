@@ -108,6 +108,15 @@ class CudaHostPin final : public HostPin {
   HostRegistration registration_;
 };
 
+class CudaAllocation final : public DeviceAllocation {
+ public:
+  explicit CudaAllocation(DeviceMemory memory) : memory_(std::move(memory)) {}
+  void* data() override { return memory_.data(); }
+
+ private:
+  DeviceMemory memory_;
+};
+
 DeviceBackend cuda_backend() {
   DeviceBackend backend;
   backend.check_device_memory = check_device_pointer;
@@ -118,6 +127,12 @@ DeviceBackend cuda_backend() {
     if (!registration.ok()) return registration.status();
     return std::unique_ptr<HostPin>(new CudaHostPin(std::move(*registration)));
   };
+  backend.allocate = [](std::size_t bytes) -> Result<std::unique_ptr<DeviceAllocation>> {
+    auto memory = DeviceMemory::allocate(bytes);
+    if (!memory.ok()) return memory.status();
+    return std::unique_ptr<DeviceAllocation>(new CudaAllocation(std::move(*memory)));
+  };
+  backend.copy_within_device = copy_sync;
   return backend;
 }
 

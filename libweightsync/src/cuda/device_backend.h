@@ -6,7 +6,8 @@
 // - AsyncCopier: copies from device memory into slots, ordered after the
 //   caller's stream, waited for by the publisher's commit thread
 //   (publisher/device_publish.h);
-// - page-locking the publisher's host slots for those copies.
+// - page-locking the publisher's host slots for those copies;
+// - device buffers the library owns, and copies between them.
 //
 // The default backend is CUDA (device_backend.cc). Tests, and only tests, may
 // install one whose "device" is host memory and whose copy engine is a
@@ -67,6 +68,14 @@ class AsyncCopier {
   virtual Status order_after(void* stream) = 0;
 };
 
+// Device memory of the current device, owned while this object lives
+// (zero-filled).
+class DeviceAllocation {
+ public:
+  virtual ~DeviceAllocation() = default;
+  virtual void* data() = 0;
+};
+
 // Memory made copyable at full speed (page-locked) while this object lives.
 class HostPin {
  public:
@@ -80,6 +89,10 @@ struct DeviceBackend {
       make_staging;
   std::function<Result<std::unique_ptr<AsyncCopier>>()> make_copier;
   std::function<Result<std::unique_ptr<HostPin>>(void* data, std::size_t bytes)> pin_host;
+  // Device buffers the library owns (StagedUpdates' staging areas), and a
+  // device-to-device copy that returns once the bytes are there.
+  std::function<Result<std::unique_ptr<DeviceAllocation>>(std::size_t bytes)> allocate;
+  std::function<Status(void* dest, const void* source, std::size_t bytes)> copy_within_device;
 };
 
 // The backend for MemoryKind::kCuda memory (CUDA, unless a test replaced it).

@@ -100,14 +100,6 @@ class Subscriber::Impl {
 
   // ---- plans of destinations (pull_plans.cc) ----
 
-  // Device destinations: each region must be device memory of the current device.
-  Status check_device_destination(const Destination& dst) const;
-  Result<std::vector<detail::ReadPiece>> whole_plan_for(const Destination& dst) const;
-  // A partial destination's reads, in slice order then range order, each
-  // checked to lie inside its tensor; and its view (the same ranges, strided).
-  Status slices_plan(const Destination& dst, PullPlan::State& out) const;
-  // Overlapping or touching spans become one (one registration per run).
-  static void merge_spans(std::vector<std::pair<void*, std::size_t>>& spans);
   // The plan of any destination; partial ones get their view registered
   // (once per distinct view for the session's life: view_ids).
   Result<std::shared_ptr<PullPlan::State>> plan_for(const Destination& dst);

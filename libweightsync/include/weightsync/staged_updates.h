@@ -1,0 +1,188 @@
+// weightsync/staged_updates.h: updates that never stop generation. A
+// background thread pulls the next version into a staging area the library
+// owns while the engine keeps reading its live weights; the engine installs
+// the staged version, verified and whole, at a moment it chooses
+// (docs/consistency.md, "Staged updates").
+//
+// Contract
+// - create() takes a connected Subscriber (to a trainer or a relay) and
+//   allocates the staging area once, sized from the layout (or from the
+//   slices of a partial update): host memory, or device memory of the current
+//   device (StagedUpdatesOptions::memory). It prepares its pulls once
+//   (Subscriber::prepare), so the steady loop registers and allocates nothing.
+// - Install modes:
+//   * kSwap: the library owns two buffers laid out like the layout (partial:
+//     the slices packed in order, StagedUpdates::slice_offset). live_data() is
+//     the one the engine reads; install() makes the staged buffer live and the
+//     old live buffer the next staging area. The engine re-points its tensors
+//     after each install (tensor(): the new addresses).
+//   * kCopy: the engine's weights stay at fixed addresses
+//     (StagedUpdatesOptions::live: contiguous, scatter or slices); install()
+//     copies the staged bytes into them (one memcpy for a contiguous
+//     destination; a device-to-device copy for kCuda memory).
+// - install() makes live only a version the background pull delivered whole
+//   and verified (the publisher's checksum, the trainer's signature, as the
+//   Subscriber's options ask). Nothing staged (no newer version yet, a pull
+//   still running, or the last pull failed): kNotReady, and the live weights
+//   are untouched. A failed background pull never touches the live weights:
+//   they keep holding the installed version, and the failure is counted
+//   (StagedUpdatesStats::failed_pulls) and kept in last_failure().
+// - The background thread pulls the newest version (or each version in turn,
+//   every_version) newer than the one live, then waits, holding the staged
+//   version, until it is installed. With deltas on and a publisher that
+//   serves them, it asks for a chain from the version the staging buffer
+//   holds (full host destinations only; any mismatch falls back to a full
+//   pull, as Subscriber::pull does).
+// - Errors: a connection error of the Subscriber (sticky there) stops the
+//   background thread; status() returns it and install() keeps serving what
+//   is live (kNotReady with that error in its message). Create a new
+//   StagedUpdates on a new Subscriber to reconnect.
+// - Threads: one background thread, the only one that calls the Subscriber.
+//   install(), live_data(), tensor() and the accessors may be called from any
+//   one thread at a time (the engine's); staged_version(), wait_staged(),
+//   status() and stats() from any thread. The live buffer is the engine's to
+//   read, never to write (deltas would fail their check and pull in full);
+//   after install() returns in kSwap mode, the previous live buffer is the
+//   library's again: stop reading it before calling install().
+// - Ownership: owns the Subscriber and the buffers; the destructor stops the
+//   background pull (cancelling a wait, finishing at most one transfer) and
+//   joins its thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weightsync/memory.h"
+#include "weightsync/status.h"
+#include "weightsync/subscriber.h"
+
+namespace weightsync {
+
+enum class InstallMode : std::uint8_t {
+  kSwap = 0,  // the staged buffer becomes the live one (re-point the tensors)
+  kCopy = 1,  // one copy into the engine's fixed addresses (CUDA graphs)
+};
+
+const char* to_string(InstallMode mode) noexcept;
+
+struct StagedUpdatesOptions {
+  InstallMode mode = InstallMode::kSwap;
+  // kCopy: the engine's live weights (required): a contiguous, scatter or
+  // slices Destination, of `memory`'s kind. kSwap: must be unset.
+  std::optional<Destination> live;
+  // kSwap, partial: the byte ranges to stage (their `dest` and `dest_stride`
+  // are ignored: the ranges are packed in order). Empty: every tensor.
+  std::vector<TensorSlice> slices;
+  // Where the library's buffers live: host memory (page-aligned, locked if
+  // lock_host) or device memory of the current device.
+  MemoryKind memory = MemoryKind::kHost;
+  bool lock_host = false;
+  // Ask for delta chains from the version the staging buffer holds.
+  bool deltas = true;
+  // Stage only versions whose bytes matched the publisher's checksum. With a
+  // publisher that computes none, create() fails (kInvalidConfig) unless
+  // this is false.
+  bool require_checksum = true;
+  // Stage each version in turn (newer_than = the staged one), not the newest.
+  bool every_version = false;
+  // How long each background wait for a new version lasts before it looks
+  // again whether it is being stopped (also bounds the destructor's wait).
+  std::chrono::milliseconds poll{100};
+  // After a failed pull that is not a connection error, wait this long
+  // before the next.
+  std::chrono::milliseconds retry_backoff{20};
+  // Called on the background thread as bytes arrive, as PullOptions::on_progress.
+  std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+};
+
+// A version made live by install().
+struct InstallResult {
+  std::uint64_t version = 0;   // live now
+  std::uint64_t previous = 0;  // live before (0: none)
+  InstallMode mode = InstallMode::kSwap;
+  // Time the caller was blocked in install(): the swap, or the copy. The
+  // engine's pause for this update.
+  double blocked_seconds = 0.0;
+  // How long the version waited staged before this install.
+  double staged_seconds = 0.0;
+  // The background pull that staged it (its own time, retries, checksum,
+  // signature, delta); never part of blocked_seconds.
+  PullResult pull;
+};
+
+// Quantiles of the time install() blocked the caller, over the last 4096 installs.
+struct PauseSummary {
+  std::uint64_t count = 0;  // installs over the object's life
+  double median_seconds = 0.0;
+  double p99_seconds = 0.0;
+  double max_seconds = 0.0;    // over the object's life
+  double total_seconds = 0.0;  // over the object's life
+};
+
+struct StagedUpdatesStats {
+  std::uint64_t staged = 0;        // versions staged (pulls that succeeded)
+  std::uint64_t installs = 0;      // versions made live
+  std::uint64_t failed_pulls = 0;  // background pulls that failed (the live weights untouched)
+  std::uint64_t not_ready = 0;     // install() calls with nothing staged
+  double pull_seconds = 0.0;       // background transfer time, summed
+  PauseSummary blocked;            // the pauses install() caused
+  SubscriberStats subscriber;      // the Subscriber's, as of its last pull
+};
+
+class StagedUpdates {
+ public:
+  static Result<std::unique_ptr<StagedUpdates>> create(std::unique_ptr<Subscriber> subscriber,
+                                                       StagedUpdatesOptions options = {});
+  ~StagedUpdates();
+  StagedUpdates(const StagedUpdates&) = delete;
+  StagedUpdates& operator=(const StagedUpdates&) = delete;
+
+  const WeightLayout& layout() const noexcept;
+  InstallMode mode() const noexcept;
+  // The transport the Subscriber negotiated.
+  std::string transport() const;
+
+  // kSwap: the buffer the engine reads now (changes at each install) and its
+  // size; kCopy: nullptr and 0 (the live weights are the engine's own).
+  void* live_data() const noexcept;
+  std::size_t live_bytes() const noexcept;
+  // kSwap, whole layout: the address of `name` in the live buffer; nullptr
+  // for an unknown name, a partial update or kCopy.
+  void* tensor(const std::string& name) const noexcept;
+  // kSwap, partial: the offset of slice `index`'s first range in the live
+  // buffer (ranges packed in order, range by range); kInvalidArgument past
+  // the end.
+  Result<std::uint64_t> slice_offset(std::size_t index) const;
+
+  // The version the live weights hold (0: none installed yet).
+  std::uint64_t live_version() const noexcept;
+  // The version staged and verified, waiting for install() (0: none).
+  std::uint64_t staged_version() const noexcept;
+  // Waits until a version is staged; returns it, kTimeout, or the
+  // background thread's error once it has stopped.
+  Result<std::uint64_t> wait_staged(std::chrono::milliseconds timeout) const;
+
+  // Makes the staged version live (see the contract); kNotReady when nothing
+  // is staged, the live weights untouched.
+  Result<InstallResult> install();
+
+  // OK while the background thread runs; its error once it stopped.
+  Status status() const;
+  // The last failed background pull's error (OK if none failed).
+  Status last_failure() const;
+  StagedUpdatesStats stats() const;
+
+  class Impl;
+
+ private:
+  explicit StagedUpdates(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightsync
