@@ -106,8 +106,9 @@ struct InstallResult {
   std::uint64_t version = 0;   // live now
   std::uint64_t previous = 0;  // live before (0: none)
   InstallMode mode = InstallMode::kSwap;
-  // Time the caller was blocked in install(): the swap, or the copy. The
-  // engine's pause for this update.
+  // Time the caller was blocked in install(), the whole call: the lock, the
+  // swap or the copy, waking the background pull. The engine's pause for
+  // this update.
   double blocked_seconds = 0.0;
   // How long the version waited staged before this install.
   double staged_seconds = 0.0;

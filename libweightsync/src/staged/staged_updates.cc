@@ -117,33 +117,38 @@ std::string StagedUpdates::Impl::nothing_staged() const {
 
 Result<InstallResult> StagedUpdates::Impl::install() {
   const auto start = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> lock(mu);
-  if (!ready) {
-    ++counters.not_ready;
-    return Status(ErrorCode::kNotReady, nothing_staged());
-  }
   InstallResult out;
-  out.mode = options.mode;
-  out.previous = live_version.load();
-  out.version = ready->pull.version;
-  out.pull = ready->pull;
-  out.staged_seconds = std::chrono::duration<double>(start - ready->at).count();
-  if (options.mode == InstallMode::kSwap) {
-    live_index.store(1 - live_index.load());
-    staging_holds = out.previous;  // the old live buffer, untouched by the engine
-  } else if (Status s = area.copy_to_live(); !s.ok()) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!ready) {
+      ++counters.not_ready;
+      return Status(ErrorCode::kNotReady, nothing_staged());
+    }
+    out.mode = options.mode;
+    out.previous = live_version.load();
+    out.version = ready->pull.version;
+    out.pull = ready->pull;
+    out.staged_seconds = std::chrono::duration<double>(start - ready->at).count();
+    if (options.mode == InstallMode::kSwap) {
+      live_index.store(1 - live_index.load());
+      staging_holds = out.previous;  // the old live buffer, untouched by the engine
+    } else if (Status s = area.copy_to_live(); !s.ok()) {
+      ready.reset();
+      live_version.store(0);  // neither version: the copy stopped part-way
+      last_failure = s;
+      changed.notify_all();
+      return s;
+    }
+    live_version.store(out.version);
     ready.reset();
-    live_version.store(0);  // neither version: the copy stopped part-way
-    last_failure = s;
-    changed.notify_all();
-    return s;
+    ++counters.installs;
   }
-  live_version.store(out.version);
-  ready.reset();
-  out.blocked_seconds = seconds_since(start);
-  ++counters.installs;
-  pauses.add(out.blocked_seconds);
+  // Outside the lock: the woken thread does not wait for this one to let go.
   changed.notify_all();
+  // The engine's pause is the whole call: the lock, the swap or copy, the wake-up.
+  out.blocked_seconds = seconds_since(start);
+  std::lock_guard<std::mutex> lock(pauses_mu);
+  pauses.add(out.blocked_seconds);
   return out;
 }
 
@@ -243,7 +248,10 @@ Status StagedUpdates::last_failure() const {
 StagedUpdatesStats StagedUpdates::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   StagedUpdatesStats out = impl_->counters;
-  out.blocked = impl_->pauses.summary();
+  {
+    std::lock_guard<std::mutex> pauses_lock(impl_->pauses_mu);
+    out.blocked = impl_->pauses.summary();
+  }
   out.subscriber = impl_->subscriber_stats;
   return out;
 }

@@ -68,6 +68,8 @@ class StagedUpdates::Impl {
   Status last_failure;
   StagedUpdatesStats counters;  // blocked and subscriber filled in by stats()
   SubscriberStats subscriber_stats;
+
+  mutable std::mutex pauses_mu;  // guards pauses; never held while taking mu
   detail::PauseWindow pauses;
 };
 
