@@ -479,7 +479,10 @@ TEST_CASE("staged updates: bad options are refused with the reason", "[staged]")
   StagedUpdatesOptions past_the_end;
   past_the_end.slices = {{"t0", 0, 1 << 20, 1, 0, nullptr, 0}};
   CHECK(refused(past_the_end).code() == ErrorCode::kInvalidArgument);
-  CHECK(StagedUpdates::create(nullptr, {}).status().code() == ErrorCode::kInvalidArgument);
+  CHECK(StagedUpdates::create(std::unique_ptr<Subscriber>(), {}).status().code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(StagedUpdates::create(std::unique_ptr<SubscriberGroup>(), {}).status().code() ==
+        ErrorCode::kInvalidArgument);
 
   PublisherOptions no_checksums = publisher_options();
   no_checksums.checksum = false;

@@ -33,6 +33,14 @@
 //   serves them, it asks for a chain from the version the staging buffer
 //   holds (full host destinations only; any mismatch falls back to a full
 //   pull, as Subscriber::pull does).
+// - Sharded trainers: create() also takes a SubscriberGroup (one member per
+//   trainer rank); each member gets its own buffers (MemberStaging), and one
+//   version, complete on every trainer rank, is staged and installed for all
+//   members at once (docs/consistency.md, "Across ranks").
+// - Across engine ranks (pull_on_request): the background thread pulls only
+//   the version stage() names; install(version) installs exactly it, and
+//   discard() drops it. install_on_every_rank() runs that protocol over the
+//   ranks of one process: every rank installs the version, or none does.
 // - Errors: a connection error of the Subscriber (sticky there) stops the
 //   background thread; status() returns it and install() keeps serving what
 //   is live (kNotReady with that error in its message). Create a new
@@ -61,6 +69,7 @@
 #include "weightsync/memory.h"
 #include "weightsync/status.h"
 #include "weightsync/subscriber.h"
+#include "weightsync/subscriber_group.h"
 
 namespace weightsync {
 
@@ -70,6 +79,13 @@ enum class InstallMode : std::uint8_t {
 };
 
 const char* to_string(InstallMode mode) noexcept;
+
+// One trainer rank's part of a SubscriberGroup's update: the fields of the
+// same names in StagedUpdatesOptions, for that member.
+struct MemberStaging {
+  std::optional<Destination> live;
+  std::vector<TensorSlice> slices;
+};
 
 struct StagedUpdatesOptions {
   InstallMode mode = InstallMode::kSwap;
@@ -91,6 +107,12 @@ struct StagedUpdatesOptions {
   bool require_checksum = true;
   // Stage each version in turn (newer_than = the staged one), not the newest.
   bool every_version = false;
+  // Pull only the versions stage() names (engine ranks driven by a
+  // coordinator: install_on_every_rank).
+  bool pull_on_request = false;
+  // A SubscriberGroup's members, in rank order (empty: every member stages
+  // its whole layout, kSwap); `live` and `slices` above are then unused.
+  std::vector<MemberStaging> members;
   // How long each background wait for a new version lasts before it looks
   // again whether it is being stopped (also bounds the destructor's wait).
   std::chrono::milliseconds poll{100};
@@ -140,6 +162,10 @@ class StagedUpdates {
  public:
   static Result<std::unique_ptr<StagedUpdates>> create(std::unique_ptr<Subscriber> subscriber,
                                                        StagedUpdatesOptions options = {});
+  // Every rank of a sharded trainer: one version complete on all of them.
+  // Deltas and on_progress are not used.
+  static Result<std::unique_ptr<StagedUpdates>> create(std::unique_ptr<SubscriberGroup> group,
+                                                       StagedUpdatesOptions options = {});
   ~StagedUpdates();
   StagedUpdates(const StagedUpdates&) = delete;
   StagedUpdates& operator=(const StagedUpdates&) = delete;
@@ -149,17 +175,22 @@ class StagedUpdates {
   // The transport the Subscriber negotiated.
   std::string transport() const;
 
+  // Members: 1 for a Subscriber, the group's size for a SubscriberGroup.
+  // The accessors below take the member (trainer rank); nullptr, 0 or
+  // kInvalidArgument past the last.
+  std::size_t members() const noexcept;
+  const WeightLayout& layout(std::size_t member) const noexcept;
   // kSwap: the buffer the engine reads now (changes at each install) and its
   // size; kCopy: nullptr and 0 (the live weights are the engine's own).
-  void* live_data() const noexcept;
-  std::size_t live_bytes() const noexcept;
+  void* live_data(std::size_t member = 0) const noexcept;
+  std::size_t live_bytes(std::size_t member = 0) const noexcept;
   // kSwap, whole layout: the address of `name` in the live buffer; nullptr
   // for an unknown name, a partial update or kCopy.
-  void* tensor(const std::string& name) const noexcept;
+  void* tensor(const std::string& name, std::size_t member = 0) const noexcept;
   // kSwap, partial: the offset of slice `index`'s first range in the live
   // buffer (ranges packed in order, range by range); kInvalidArgument past
   // the end.
-  Result<std::uint64_t> slice_offset(std::size_t index) const;
+  Result<std::uint64_t> slice_offset(std::size_t index, std::size_t member = 0) const;
 
   // The version the live weights hold (0: none installed yet).
   std::uint64_t live_version() const noexcept;
@@ -172,6 +203,17 @@ class StagedUpdates {
   // Makes the staged version live (see the contract); kNotReady when nothing
   // is staged, the live weights untouched.
   Result<InstallResult> install();
+  // Installs `version` only: kNotReady (nothing touched) when another
+  // version, or none, is staged.
+  Result<InstallResult> install(std::uint64_t version);
+  // Asks the background thread for exactly `version` (pull_on_request), and
+  // drops a staged version that is another one; wait_staged() then returns
+  // it, or the reason it cannot be staged (kVersionRevoked: a trainer rank
+  // no longer holds it). kInvalidArgument for version 0 or one not newer
+  // than the live version.
+  Status stage(std::uint64_t version);
+  // Drops the staged version, if any; the live weights are untouched.
+  void discard();
 
   // OK while the background thread runs; its error once it stopped.
   Status status() const;
@@ -185,5 +227,22 @@ class StagedUpdates {
   explicit StagedUpdates(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The ranks of one engine in this process, updated all or nothing: each rank
+// stages `version` (StagedUpdates::stage, concurrently), and only when every
+// rank holds it verified does each install it; if any rank cannot stage it
+// within `timeout`, every rank discards it and keeps serving its live version.
+// The ranks must be made with pull_on_request. Errors: the first failing
+// rank's error, its message naming the rank; kTimeout. Engine ranks in other
+// processes run the same protocol over the engine's own RPC
+// (docs/consistency.md, "All or nothing across engine ranks").
+struct RanksInstallResult {
+  std::uint64_t version = 0;
+  double seconds = 0.0;              // staging on every rank, then installing
+  double max_blocked_seconds = 0.0;  // the longest install() among the ranks
+  std::vector<InstallResult> ranks;
+};
+Result<RanksInstallResult> install_on_every_rank(const std::vector<StagedUpdates*>& ranks,
+                                                 std::uint64_t version, std::chrono::milliseconds timeout);
 
 }  // namespace weightsync

@@ -1,5 +1,6 @@
-// StagedUpdates: the background pull into the staging area and the install
-// that makes it live (weightsync/staged_updates.h, staged_updates_impl.h).
+// StagedUpdates: the background pull into the staging areas, creation and
+// the accessors (weightsync/staged_updates.h, staged_updates_impl.h). The
+// install side is in staged_install.cc.
 #include "staged/staged_updates_impl.h"
 
 #include <string>
@@ -8,20 +9,6 @@
 #include "common/log.h"
 
 namespace weightsync {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// A pull that found no version to take (nothing newer yet): nothing was
-// written, and the subscriber is as it was.
-bool nothing_new(const Status& s) {
-  return s.code() == ErrorCode::kNotReady;
-}
-
-}  // namespace
 
 const char* to_string(InstallMode mode) noexcept {
   switch (mode) {
@@ -43,170 +30,211 @@ StagedUpdates::Impl::~Impl() {
   if (worker.joinable()) worker.join();
 }
 
+detail::SourcePull StagedUpdates::Impl::next_request() const {
+  detail::SourcePull request;
+  const std::uint64_t live = live_version.load();
+  if (options.pull_on_request) {
+    request.version = *requested;
+  } else if (options.every_version && !skip_to_newest && live > 0) {
+    request.version = live + 1;
+  } else {
+    request.newer_than = live;
+  }
+  if (options.deltas && staging_holds != 0 && !request.version && source->deltas()) {
+    request.delta_base = staging_holds;
+  }
+  request.wait = options.poll;
+  request.cancel = &cancel;
+  request.on_progress = options.on_progress;
+  return request;
+}
+
 void StagedUpdates::Impl::run() {
-  for (;;) {
-    PullOptions pull_options;
-    std::size_t target = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      changed.wait(lock, [&] { return stopping || !ready; });
-      if (stopping) return;
-      target = staging_index();
-      const std::uint64_t live = live_version.load();
-      if (options.every_version && !skip_to_newest && live > 0) {
-        pull_options.version = live + 1;
-      } else {
-        pull_options.newer_than = live;
-      }
-      skip_to_newest = false;
-      if (options.deltas && staging_holds != 0 && !pull_options.version && subscriber->publisher_deltas()) {
-        pull_options.delta_base = staging_holds;
-      }
-      pulling = true;
-    }
-    pull_options.wait = options.poll;
-    pull_options.cancel.token = &cancel;
-    pull_options.on_progress = options.on_progress;
-    auto result = subscriber->pull(plans[target], pull_options);
-    if (result.ok() && options.require_checksum && !result->checksum_verified) {
-      result = Status(ErrorCode::kChecksumMismatch,
-                      "version " + std::to_string(result->version) + " arrived without a verified checksum");
-    }
-    const SubscriberStats now_stats = subscriber->stats();
-    const Status connection = subscriber->status();
-    std::unique_lock<std::mutex> lock(mu);
-    pulling = false;
-    subscriber_stats = now_stats;
-    if (result.ok()) {
-      staging_holds = result->version;
-      ++counters.staged;
-      counters.pull_seconds += result->seconds;
+  std::unique_lock<std::mutex> lock(mu);
+  while (pull_once(lock)) {
+  }
+}
+
+bool StagedUpdates::Impl::pull_once(std::unique_lock<std::mutex>& lock) {
+  changed.wait(lock, [&] {
+    return stopping || (!ready && (!options.pull_on_request || (requested && request_failed.ok())));
+  });
+  if (stopping) return false;
+  const std::size_t target = staging_index();
+  const detail::SourcePull request = next_request();
+  skip_to_newest = false;
+  pulling = true;
+  lock.unlock();
+  auto result = source->pull(plans[target], request);
+  if (result.ok() && options.require_checksum && !result->checksum_verified) {
+    result = Status(ErrorCode::kChecksumMismatch,
+                    "version " + std::to_string(result->version) + " arrived without a verified checksum");
+  }
+  const SubscriberStats now_stats = source->stats();
+  const Status connection = source->status();
+  lock.lock();
+  pulling = false;
+  subscriber_stats = now_stats;
+  if (result.ok()) {
+    staging_holds = result->version;
+    ++counters.staged;
+    counters.pull_seconds += result->seconds;
+    // A request changed during the pull (stage() of another version): this one is not wanted.
+    if (!options.pull_on_request || requested == result->version) {
       ready = Staged{*result, std::chrono::steady_clock::now()};
-      changed.notify_all();
-      continue;
     }
-    const Status& error = result.status();
-    if (nothing_new(error) && connection.ok()) continue;
-    if (error.code() == ErrorCode::kCancelled && stopping) return;
-    staging_holds = 0;  // its bytes are undefined now
-    if (error.code() == ErrorCode::kVersionRevoked && options.every_version) skip_to_newest = true;
-    ++counters.failed_pulls;
-    last_failure = error;
-    if (!connection.ok()) {
-      stopped = connection;
-      WS_WARN("staged updates: the background pull stopped: {} (the live weights keep version {})",
-              connection.to_string(), live_version.load());
-      changed.notify_all();
-      return;
-    }
-    WS_DEBUG("staged updates: pull failed, live version {} kept: {}", live_version.load(), error.to_string());
-    changed.wait_for(lock, options.retry_backoff, [&] { return stopping; });
+    changed.notify_all();
+    return true;
   }
-}
-
-// ---- install ----
-
-std::string StagedUpdates::Impl::nothing_staged() const {
-  std::string why =
-      "nothing staged to install (version " + std::to_string(live_version.load()) + " stays live): ";
-  if (!stopped.ok()) return why + "the background pull stopped: " + stopped.to_string();
-  if (pulling) return why + "a pull is in progress or waiting for a newer version";
-  if (!last_failure.ok()) return why + "the last pull failed: " + last_failure.to_string();
-  return why + "no newer version has been pulled yet";
-}
-
-Result<InstallResult> StagedUpdates::Impl::install() {
-  const auto start = std::chrono::steady_clock::now();
-  InstallResult out;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!ready) {
-      ++counters.not_ready;
-      return Status(ErrorCode::kNotReady, nothing_staged());
-    }
-    out.mode = options.mode;
-    out.previous = live_version.load();
-    out.version = ready->pull.version;
-    out.pull = ready->pull;
-    out.staged_seconds = std::chrono::duration<double>(start - ready->at).count();
-    if (options.mode == InstallMode::kSwap) {
-      live_index.store(1 - live_index.load());
-      staging_holds = out.previous;  // the old live buffer, untouched by the engine
-    } else if (Status s = area.copy_to_live(); !s.ok()) {
-      ready.reset();
-      live_version.store(0);  // neither version: the copy stopped part-way
-      last_failure = s;
-      changed.notify_all();
-      return s;
-    }
-    live_version.store(out.version);
-    ready.reset();
-    ++counters.installs;
+  const Status& error = result.status();
+  if (error.code() == ErrorCode::kNotReady && connection.ok())
+    return true;  // nothing newer yet: nothing written
+  if (error.code() == ErrorCode::kCancelled && stopping) return false;
+  staging_holds = 0;  // its bytes are undefined now
+  if (error.code() == ErrorCode::kVersionRevoked && options.every_version) skip_to_newest = true;
+  if (options.pull_on_request && requested == request.version) request_failed = error;
+  ++counters.failed_pulls;
+  last_failure = error;
+  if (!connection.ok()) {
+    stopped = connection;
+    WS_WARN("staged updates: the background pull stopped: {} (the live weights keep version {})",
+            connection.to_string(), live_version.load());
+    changed.notify_all();
+    return false;
   }
-  // Outside the lock: the woken thread does not wait for this one to let go.
+  WS_DEBUG("staged updates: pull failed, live version {} kept: {}", live_version.load(), error.to_string());
   changed.notify_all();
-  // The engine's pause is the whole call: the lock, the swap or copy, the wake-up.
-  out.blocked_seconds = seconds_since(start);
-  std::lock_guard<std::mutex> lock(pauses_mu);
-  pauses.add(out.blocked_seconds);
-  return out;
+  changed.wait_for(lock, options.retry_backoff, [&] { return stopping; });
+  return true;
 }
 
-// ---- StagedUpdates ----
+// ---- creation ----
 
-Result<std::unique_ptr<StagedUpdates>> StagedUpdates::create(std::unique_ptr<Subscriber> subscriber,
-                                                             StagedUpdatesOptions options) {
-  if (!subscriber)
-    return Status(ErrorCode::kInvalidArgument, "StagedUpdates::create needs a connected Subscriber");
-  if (Status s = subscriber->status(); !s.ok()) return s;
-  if (options.require_checksum && !subscriber->publisher_checksums()) {
+Status StagedUpdates::Impl::make_areas() {
+  const std::size_t members = source->members();
+  if (!options.members.empty() && options.members.size() != members) {
+    return Status(ErrorCode::kInvalidArgument, "StagedUpdatesOptions::members names " +
+                                                   std::to_string(options.members.size()) +
+                                                   " members; the group has " + std::to_string(members));
+  }
+  for (std::size_t m = 0; m < members; ++m) {
+    StagedUpdatesOptions member_options = options;
+    if (!options.members.empty()) {
+      member_options.live = options.members[m].live;
+      member_options.slices = options.members[m].slices;
+    }
+    auto area = detail::StagingArea::create(source->layout(m), member_options);
+    if (!area.ok()) {
+      if (members == 1) return area.status();
+      return Status(area.status().code(),
+                    "trainer rank " + std::to_string(m) + ": " + area.status().message());
+    }
+    areas.push_back(std::move(*area));
+  }
+  plans.assign(areas[0].buffer_count(), std::vector<PullPlan>(members));
+  for (std::size_t b = 0; b < plans.size(); ++b) {
+    for (std::size_t m = 0; m < members; ++m) {
+      auto plan = source->prepare(m, areas[m].destination(b));
+      if (!plan.ok()) return plan.status();
+      plans[b][m] = *plan;
+    }
+  }
+  return Status();
+}
+
+namespace {
+
+Result<std::unique_ptr<StagedUpdates::Impl>> make_impl(std::unique_ptr<detail::PullSource> source,
+                                                       StagedUpdatesOptions options) {
+  if (Status s = source->status(); !s.ok()) return s;
+  if (options.require_checksum && !source->checksums()) {
     return Status(ErrorCode::kInvalidConfig,
                   "the publisher computes no checksums, so no staged version could be verified: turn its "
                   "checksums on, or set StagedUpdatesOptions::require_checksum = false");
   }
   if (options.poll.count() <= 0) options.poll = std::chrono::milliseconds(1);
-  auto area = detail::StagingArea::create(subscriber->layout(), options);
-  if (!area.ok()) return area.status();
-  std::vector<PullPlan> plans;
-  for (std::size_t i = 0; i < area->buffer_count(); ++i) {
-    auto plan = subscriber->prepare(area->destination(i));
-    if (!plan.ok()) return plan.status();
-    plans.push_back(*plan);
-  }
-  auto impl = std::make_unique<Impl>(std::move(subscriber), std::move(options), std::move(*area));
-  impl->plans = std::move(plans);
+  auto impl = std::make_unique<StagedUpdates::Impl>(std::move(source), std::move(options));
+  if (Status s = impl->make_areas(); !s.ok()) return s;
   impl->start();
-  return std::unique_ptr<StagedUpdates>(new StagedUpdates(std::move(impl)));
+  return impl;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StagedUpdates>> StagedUpdates::create(std::unique_ptr<Subscriber> subscriber,
+                                                             StagedUpdatesOptions options) {
+  if (!subscriber)
+    return Status(ErrorCode::kInvalidArgument, "StagedUpdates::create needs a connected Subscriber");
+  if (!options.members.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "StagedUpdatesOptions::members is for a SubscriberGroup; use live and slices");
+  }
+  auto impl = make_impl(detail::subscriber_source(std::move(subscriber)), std::move(options));
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<StagedUpdates>(new StagedUpdates(std::move(*impl)));
+}
+
+Result<std::unique_ptr<StagedUpdates>> StagedUpdates::create(std::unique_ptr<SubscriberGroup> group,
+                                                             StagedUpdatesOptions options) {
+  if (!group)
+    return Status(ErrorCode::kInvalidArgument, "StagedUpdates::create needs a connected SubscriberGroup");
+  if (options.live || !options.slices.empty()) {
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "a SubscriberGroup's live destinations and slices go in StagedUpdatesOptions::members, one per "
+        "trainer rank");
+  }
+  if (options.members.empty() && options.mode == InstallMode::kCopy) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "kCopy needs each member's live destination (StagedUpdatesOptions::members)");
+  }
+  auto impl = make_impl(detail::group_source(std::move(group)), std::move(options));
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<StagedUpdates>(new StagedUpdates(std::move(*impl)));
 }
 
 StagedUpdates::StagedUpdates(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StagedUpdates::~StagedUpdates() = default;
 
+// ---- accessors ----
+
 const WeightLayout& StagedUpdates::layout() const noexcept {
-  return impl_->subscriber->layout();
+  return impl_->source->layout(0);
+}
+const WeightLayout& StagedUpdates::layout(std::size_t member) const noexcept {
+  return impl_->source->layout(impl_->has_member(member) ? member : 0);
+}
+std::size_t StagedUpdates::members() const noexcept {
+  return impl_->areas.size();
 }
 InstallMode StagedUpdates::mode() const noexcept {
   return impl_->options.mode;
 }
 std::string StagedUpdates::transport() const {
-  return impl_->subscriber->transport();
+  return impl_->source->transport();
 }
 
-void* StagedUpdates::live_data() const noexcept {
-  if (impl_->options.mode != InstallMode::kSwap) return nullptr;
-  return impl_->area.buffer(impl_->live_index.load());
+void* StagedUpdates::live_data(std::size_t member) const noexcept {
+  if (impl_->options.mode != InstallMode::kSwap || !impl_->has_member(member)) return nullptr;
+  return impl_->areas[member].buffer(impl_->live_index.load());
 }
-std::size_t StagedUpdates::live_bytes() const noexcept {
-  return impl_->options.mode == InstallMode::kSwap ? impl_->area.buffer_bytes() : 0;
+std::size_t StagedUpdates::live_bytes(std::size_t member) const noexcept {
+  if (impl_->options.mode != InstallMode::kSwap || !impl_->has_member(member)) return 0;
+  return impl_->areas[member].buffer_bytes();
 }
-void* StagedUpdates::tensor(const std::string& name) const noexcept {
-  if (impl_->options.mode != InstallMode::kSwap || impl_->area.partial()) return nullptr;
-  const TensorEntry* t = layout().find(name);
+void* StagedUpdates::tensor(const std::string& name, std::size_t member) const noexcept {
+  if (impl_->options.mode != InstallMode::kSwap || !impl_->has_member(member)) return nullptr;
+  if (impl_->areas[member].partial()) return nullptr;
+  const TensorEntry* t = layout(member).find(name);
   if (t == nullptr) return nullptr;
-  return static_cast<char*>(live_data()) + t->offset;
+  return static_cast<char*>(live_data(member)) + t->offset;
 }
-Result<std::uint64_t> StagedUpdates::slice_offset(std::size_t index) const {
-  const auto& offsets = impl_->area.slice_offsets();
+Result<std::uint64_t> StagedUpdates::slice_offset(std::size_t index, std::size_t member) const {
+  if (!impl_->has_member(member)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "member " + std::to_string(member) + " of " + std::to_string(impl_->areas.size()));
+  }
+  const auto& offsets = impl_->areas[member].slice_offsets();
   if (index >= offsets.size()) {
     return Status(ErrorCode::kInvalidArgument, "slice " + std::to_string(index) + " of " +
                                                    std::to_string(offsets.size()) + " staged slices");
@@ -220,21 +248,6 @@ std::uint64_t StagedUpdates::live_version() const noexcept {
 std::uint64_t StagedUpdates::staged_version() const noexcept {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->ready ? impl_->ready->pull.version : 0;
-}
-
-Result<std::uint64_t> StagedUpdates::wait_staged(std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  const bool done =
-      impl_->changed.wait_for(lock, timeout, [&] { return impl_->ready || !impl_->stopped.ok(); });
-  if (impl_->ready) return impl_->ready->pull.version;
-  if (!impl_->stopped.ok()) return impl_->stopped;
-  (void)done;
-  return Status(ErrorCode::kTimeout, "no version staged within " + std::to_string(timeout.count()) + " ms (" +
-                                         impl_->nothing_staged() + ")");
-}
-
-Result<InstallResult> StagedUpdates::install() {
-  return impl_->install();
 }
 
 Status StagedUpdates::status() const {
