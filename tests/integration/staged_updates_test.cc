@@ -496,3 +496,37 @@ TEST_CASE("staged updates: bad options are refused with the reason", "[staged]")
   publish_version(*unverified, 1);
   CHECK_FALSE(install_version(*staged, 1).pull.checksum_verified);
 }
+
+TEST_CASE("staged updates: reconnect keeps the live version serving and resumes from the new source",
+          "[staged]") {
+  const WeightLayout layout = bytes_layout(1 << 20, 2);
+  auto first = make_publisher(layout);
+  auto staged = make_staged(connect(first->address()), {});
+  publish_version(*first, 1);
+  install_version(*staged, 1);
+  first.reset();  // the trainer dies
+  auto lost = staged->wait_staged(std::chrono::milliseconds(10000));
+  REQUIRE_FALSE(lost.ok());
+  REQUIRE_FALSE(staged->status().ok());
+  CHECK(image_mismatch(layout, staged->live_data(), 1) == -1);
+
+  // A source of another layout is refused; the object keeps what it had.
+  auto other = make_publisher(bytes_layout(1 << 20, 3));
+  Status refused = staged->reconnect(connect(other->address()));
+  CHECK(refused.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(refused.message(), Catch::Contains("another layout"));
+  CHECK(staged->reconnect(std::unique_ptr<Subscriber>()).code() == ErrorCode::kInvalidArgument);
+  CHECK(staged->reconnect(std::unique_ptr<SubscriberGroup>()).code() == ErrorCode::kInvalidArgument);
+  CHECK(image_mismatch(layout, staged->live_data(), 1) == -1);
+
+  // The restarted trainer: the live version serves until its first version is installed.
+  auto restarted = make_publisher(layout);
+  publish_version(*restarted, 5);
+  REQUIRE(staged->reconnect(connect(restarted->address(), "shm")).ok());
+  CHECK(staged->status().ok());
+  CHECK(staged->transport() == "shm");
+  CHECK(staged->live_version() == 1);
+  InstallResult r = install_version(*staged, 5);
+  CHECK(r.previous == 1);
+  CHECK(image_mismatch(layout, staged->live_data(), 5) == -1);
+}

@@ -215,6 +215,16 @@ class StagedUpdates {
   // Drops the staged version, if any; the live weights are untouched.
   void discard();
 
+  // After a connection error (status() not OK), or to move to another
+  // source (a relay, a restarted trainer): replaces the source with a new
+  // connection serving the same layout(s), keeping the buffers and the live
+  // version, so the engine serves on while it reconnects. Anything staged is
+  // dropped; the next pull is a full one. kInvalidArgument for another
+  // layout or another kind of source (a Subscriber for a group's), and the
+  // errors of create(); the old source is kept then.
+  Status reconnect(std::unique_ptr<Subscriber> subscriber);
+  Status reconnect(std::unique_ptr<SubscriberGroup> group);
+
   // OK while the background thread runs; its error once it stopped.
   Status status() const;
   // The last failed background pull's error (OK if none failed).

@@ -10,6 +10,7 @@ class SubscriberSource final : public PullSource {
  public:
   explicit SubscriberSource(std::unique_ptr<Subscriber> s) : subscriber_(std::move(s)) {}
   std::size_t members() const override { return 1; }
+  bool is_group() const override { return false; }
   const WeightLayout& layout(std::size_t) const override { return subscriber_->layout(); }
   std::string transport() const override { return subscriber_->transport(); }
   bool checksums() const override { return subscriber_->publisher_checksums(); }
@@ -41,6 +42,7 @@ class GroupSource final : public PullSource {
       checksums_ = checksums_ && group_->member(r).publisher_checksums();
   }
   std::size_t members() const override { return group_->size(); }
+  bool is_group() const override { return true; }
   const WeightLayout& layout(std::size_t member) const override { return group_->member(member).layout(); }
   std::string transport() const override { return group_->member(0).transport(); }
   bool checksums() const override { return checksums_; }

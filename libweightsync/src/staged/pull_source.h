@@ -36,6 +36,7 @@ class PullSource {
  public:
   virtual ~PullSource() = default;
   virtual std::size_t members() const = 0;
+  virtual bool is_group() const = 0;
   virtual const WeightLayout& layout(std::size_t member) const = 0;
   virtual std::string transport() const = 0;
   virtual bool checksums() const = 0;  // every member's publisher computes them

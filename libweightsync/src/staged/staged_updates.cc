@@ -21,6 +21,10 @@ const char* to_string(InstallMode mode) noexcept {
 // ---- the background pull ----
 
 StagedUpdates::Impl::~Impl() {
+  stop_worker();
+}
+
+void StagedUpdates::Impl::stop_worker() {
   {
     std::lock_guard<std::mutex> lock(mu);
     stopping = true;
@@ -131,14 +135,59 @@ Status StagedUpdates::Impl::make_areas() {
     }
     areas.push_back(std::move(*area));
   }
-  plans.assign(areas[0].buffer_count(), std::vector<PullPlan>(members));
-  for (std::size_t b = 0; b < plans.size(); ++b) {
-    for (std::size_t m = 0; m < members; ++m) {
-      auto plan = source->prepare(m, areas[m].destination(b));
+  auto made = make_plans(*source);
+  if (!made.ok()) return made.status();
+  plans = std::move(*made);
+  return Status();
+}
+
+Result<std::vector<std::vector<PullPlan>>> StagedUpdates::Impl::make_plans(detail::PullSource& with) const {
+  std::vector<std::vector<PullPlan>> made(areas[0].buffer_count(), std::vector<PullPlan>(areas.size()));
+  for (std::size_t b = 0; b < made.size(); ++b) {
+    for (std::size_t m = 0; m < areas.size(); ++m) {
+      auto plan = with.prepare(m, areas[m].destination(b));
       if (!plan.ok()) return plan.status();
-      plans[b][m] = *plan;
+      made[b][m] = *plan;
     }
   }
+  return made;
+}
+
+Status StagedUpdates::Impl::replace_source(std::unique_ptr<detail::PullSource> next) {
+  if (Status s = next->status(); !s.ok()) return s;
+  if (next->members() != areas.size()) {
+    return Status(ErrorCode::kInvalidArgument, "the new source has " + std::to_string(next->members()) +
+                                                   " members; these staged updates have " +
+                                                   std::to_string(areas.size()));
+  }
+  for (std::size_t m = 0; m < areas.size(); ++m) {
+    if (!(next->layout(m) == source->layout(m))) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "the new source serves another layout (member " + std::to_string(m) +
+                        "): the live weights cannot take its versions; create new StagedUpdates");
+    }
+  }
+  if (options.require_checksum && !next->checksums()) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "the new publisher computes no checksums (StagedUpdatesOptions::require_checksum)");
+  }
+  auto made = make_plans(*next);  // the worker does not touch the new source
+  if (!made.ok()) return made.status();
+  stop_worker();
+  source = std::move(next);  // the old one goes with its plans
+  plans = std::move(*made);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = false;
+    stopped = Status();
+    ready.reset();
+    requested.reset();
+    request_failed = Status();
+    staging_holds = 0;
+    pulling = false;
+  }
+  cancel.reset();
+  start();
   return Status();
 }
 
@@ -191,6 +240,23 @@ Result<std::unique_ptr<StagedUpdates>> StagedUpdates::create(std::unique_ptr<Sub
   auto impl = make_impl(detail::group_source(std::move(group)), std::move(options));
   if (!impl.ok()) return impl.status();
   return std::unique_ptr<StagedUpdates>(new StagedUpdates(std::move(*impl)));
+}
+
+Status StagedUpdates::reconnect(std::unique_ptr<Subscriber> subscriber) {
+  if (!subscriber) return Status(ErrorCode::kInvalidArgument, "reconnect needs a connected Subscriber");
+  if (impl_->source->is_group()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "these staged updates pull from a SubscriberGroup: reconnect one");
+  }
+  return impl_->replace_source(detail::subscriber_source(std::move(subscriber)));
+}
+
+Status StagedUpdates::reconnect(std::unique_ptr<SubscriberGroup> group) {
+  if (!group) return Status(ErrorCode::kInvalidArgument, "reconnect needs a connected SubscriberGroup");
+  if (!impl_->source->is_group()) {
+    return Status(ErrorCode::kInvalidArgument, "these staged updates pull from a Subscriber: reconnect one");
+  }
+  return impl_->replace_source(detail::group_source(std::move(group)));
 }
 
 StagedUpdates::StagedUpdates(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

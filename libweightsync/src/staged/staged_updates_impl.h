@@ -39,9 +39,14 @@ class StagedUpdates::Impl {
 
   // The members' staging areas and their plans (create).
   Status make_areas();
+  // Plans for every buffer of every member, made with `with` (a new source).
+  Result<std::vector<std::vector<PullPlan>>> make_plans(detail::PullSource& with) const;
+  // Stops the worker, swaps in `next` and its plans, starts the worker again.
+  Status replace_source(std::unique_ptr<detail::PullSource> next);
   void start() {
     worker = std::thread([this] { run(); });
   }
+  void stop_worker();
   void run();
   // One background pull into the staging buffers; false when the loop ends.
   bool pull_once(std::unique_lock<std::mutex>& lock);
