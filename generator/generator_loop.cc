@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "channel/group_channel.h"
+#include "generator/staged_policy.h"
 #include "generator/weight_source.h"
 #include "loop/policy_weights.h"
 #include "weightsync/subscriber.h"
@@ -57,6 +58,13 @@ zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
         auto target = loop::PolicyPullTarget::create(offered, model_);
         if (!target) return target.error();
         pull_target_ = std::move(target).value();
+      }
+      if (pull_target_->widens() && !options_.sync && options_.staged_updates && !narrow_wire_) {
+        std::printf(
+            "generator %u: the weights arrive narrowed: pulled between rounds (in-flight updates need "
+            "fp32 in flight)\n",
+            options_.id);
+        narrow_wire_ = true;
       }
       subscriber_ = std::move(subscriber).value();
       const std::string wire =
@@ -177,13 +185,98 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
   return Pulled{};
 }
 
+zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& stop) {
+  const auto deadline = Clock::now() + options_.trainer_timeout;
+  while (!stop.load()) {
+    if (!staged_ || !staged_->status().ok()) {
+      if (staged_) {
+        std::printf("generator %u: lost the trainer (%s); reconnecting, version %llu keeps generating\n",
+                    options_.id, staged_->status().message().c_str(),
+                    static_cast<unsigned long long>(staged_->version()));
+        std::fflush(stdout);
+        ++totals_.reconnects;
+      }
+      auto connected = connect(stop);
+      if (!connected) return connected.error();
+      if (!connected.value()) return false;
+      if (narrow_wire_) return true;  // the round-boundary path takes over
+      if (!staged_) {
+        auto made = StagedPolicy::create(std::move(subscriber_), model_, options_.id, metrics_, &timeline_);
+        if (!made) return made.error();
+        staged_ = std::move(made).value();
+      } else if (weightsync::Status s = staged_->reconnect(std::move(subscriber_)); !s.ok()) {
+        if (s.code() == weightsync::ErrorCode::kInvalidArgument) {
+          return zorplex::Error{"the trainer now serves another layout: " + s.message()};
+        }
+        continue;  // the new connection failed at once: try again
+      }
+      pace_base_pending_ = true;
+    }
+    if (staged_->version() != 0) {
+      auto installed = staged_->install_if_staged();
+      if (!installed) return installed.error();
+      if (!pace_base_pending_ || installed.value()) {
+        if (pace_base_pending_) {
+          pace_base_version_ = staged_->version();
+          pace_sent_groups_ = 0;
+          pace_base_pending_ = false;
+        }
+        version_ = staged_->version();
+        return true;
+      }
+    }
+    // The first version of this generator, or of this connection.
+    auto installed = staged_->wait_and_install(std::chrono::milliseconds(500));
+    if (!installed) return installed.error();
+    if (installed.value()) {
+      pace_base_version_ = staged_->version();
+      pace_sent_groups_ = 0;
+      pace_base_pending_ = false;
+      version_ = staged_->version();
+      return true;
+    }
+    if (staged_->version() != 0 && staged_->status().ok()) {
+      // Reconnected, nothing newer yet: go on with the version installed.
+      pace_base_version_ = staged_->version();
+      pace_sent_groups_ = 0;
+      pace_base_pending_ = false;
+      return true;
+    }
+    if (Clock::now() >= deadline) {
+      return zorplex::Error{"the trainer published no version for " +
+                            std::to_string(options_.trainer_timeout.count()) + " s"};
+    }
+  }
+  return false;
+}
+
+std::optional<std::uint64_t> GeneratorLoop::newest_version() {
+  if (staged_) {
+    if (!staged_->status().ok()) return std::nullopt;
+    return staged_->newest_known();
+  }
+  if (!subscriber_ || !subscriber_->status().ok()) return std::nullopt;
+  auto latest = subscriber_->latest_version();
+  if (!latest.ok()) return std::nullopt;
+  return latest.value();
+}
+
+void GeneratorLoop::wait_for_newer(std::uint64_t than) {
+  if (staged_) {
+    // A round boundary: a staged version may be installed here.
+    (void)staged_->wait_and_install(std::chrono::milliseconds(500));
+    return;
+  }
+  (void)subscriber_->wait_for_version(than, std::chrono::milliseconds(500));
+}
+
 zorplex::Result<bool> GeneratorLoop::wait_for_allowance(const std::atomic<bool>& stop) {
   const auto deadline = Clock::now() + options_.trainer_timeout;
   const double start = loop::wall_clock_seconds();
   bool waited = false;
-  while (!stop.load() && subscriber_ && subscriber_->status().ok()) {
-    auto latest = subscriber_->latest_version();
-    if (!latest.ok()) break;  // the pull that follows reconnects
+  while (!stop.load()) {
+    auto latest = newest_version();
+    if (!latest) break;  // the pull (or prepare_staged) that follows reconnects
     const std::uint64_t published =
         latest.value() >= pace_base_version_ ? latest.value() - pace_base_version_ : 0;
     const std::uint64_t allowed = (published + static_cast<std::uint64_t>(options_.max_ahead_versions)) *
@@ -197,7 +290,7 @@ zorplex::Result<bool> GeneratorLoop::wait_for_allowance(const std::atomic<bool>&
     // short of groups the allowance does not foresee (e.g. stale drops).
     if (waited && loop::wall_clock_seconds() - start > kPacingPatience) break;
     waited = true;
-    (void)subscriber_->wait_for_version(latest.value(), std::chrono::milliseconds(500));
+    wait_for_newer(latest.value());
   }
   if (waited) timeline_.span("wait", start, loop::wall_clock_seconds(), {{"why", "pacing"}});
   return true;
@@ -221,7 +314,8 @@ zorplex::Result<bool> GeneratorLoop::send(const algorithms::TrajectoryGroup& gro
 }
 
 zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& stop) {
-  if (options_.tasks.empty()) return zorplex::Error{"no task kind to sample (GeneratorOptions::tasks is empty)"};
+  if (options_.tasks.empty())
+    return zorplex::Error{"no task kind to sample (GeneratorOptions::tasks is empty)"};
   channel::ChannelOptions channel_options;
   channel_options.secret = options_.secret;
   auto sender = channel::GroupSender::connect(options_.trajectory_endpoint, channel_options);
@@ -235,8 +329,17 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       auto allowed = wait_for_allowance(stop);
       if (!allowed) return allowed.error();
     }
-    auto pulled = pull_newest(options_.sync || round == 0, stop);
-    if (!pulled) return pulled.error();
+    Pulled pulled_now;
+    if (staged_mode()) {
+      auto ready = prepare_staged(stop);
+      if (!ready) return ready.error();
+      if (!ready.value()) break;
+    }
+    if (!staged_) {
+      auto pulled = pull_newest(options_.sync || round == 0, stop);
+      if (!pulled) return pulled.error();
+      pulled_now = pulled.value();
+    }
     if (stop.load()) break;
 
     // Tasks from this generator's own stream; the TaskGenerators own the
@@ -279,20 +382,22 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
     rollout_options.sampling.temperature = options_.temperature;
     rollout_options.sampling.seed =
         options_.sampling_seed * 1000003u + std::uint64_t{options_.id} * 7919u + round;
+    // In-flight mode: new weights are installed at token boundaries.
+    if (staged_) rollout_options.step_hook = staged_->hook();
+    const std::uint64_t round_version = version_;
     rollout::RolloutStats stats;
     const double generate_start = loop::wall_clock_seconds();
     const auto generate_clock = Clock::now();
-    auto trajectories = rollout::run_rollouts(model_, requests, rollout_options, &stats);
+    auto trajectories =
+        rollout::run_rollouts(staged_ ? staged_->model() : model_, requests, rollout_options, &stats);
     if (!trajectories) return zorplex::Error{"rollouts failed: " + trajectories.error().message};
     const double generation_seconds = seconds_since(generate_clock);
-    timeline_.span("generate", generate_start, loop::wall_clock_seconds(),
-                   {{"version", version_}, {"trajectories", requests.size()}});
+    if (staged_) version_ = staged_->version();
+    timeline_.span(
+        "generate", generate_start, loop::wall_clock_seconds(),
+        {{"version", round_version}, {"version_after", version_}, {"trajectories", requests.size()}});
 
-    std::uint64_t latest = version_;
-    if (subscriber_ && subscriber_->status().ok()) {
-      auto newest = subscriber_->latest_version();
-      if (newest.ok() && newest.value() >= version_) latest = newest.value();
-    }
+    std::uint64_t latest = std::max(version_, newest_version().value_or(version_));
     double reward_sum = 0.0;
     int correct = 0;
     for (const rollout::Trajectory& t : trajectories.value()) {
@@ -306,8 +411,15 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
         group.trajectories.push_back(
             std::move(trajectories.value()[static_cast<std::size_t>(p * options_.group_size + g)]));
       }
-      group.version_start = version_;
-      group.version_end = latest;
+      // Staleness counts a trajectory by its oldest token (in-flight mode:
+      // tokens after an install carry the newer version).
+      std::uint64_t oldest = version_;
+      for (const rollout::Trajectory& t : group.trajectories) {
+        if (t.generated_tokens() == 0) continue;  // no token, no version
+        oldest = std::min(oldest, staged_ ? t.oldest_version() : round_version);
+      }
+      group.version_start = oldest;
+      group.version_end = std::max(latest, version_);
       group.generator = options_.id;
       group.sequence = totals_.groups_sent;
       group.task_seed = task_seeds[static_cast<std::size_t>(p)];
@@ -315,9 +427,9 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       group.generation_seconds = generation_seconds / options_.prompts;
       group.temperature = rollout_options.sampling.temperature;
       group.top_p = rollout_options.sampling.top_p;
-      if (p == 0 && pulled.value().pulled) {
-        group.pull_seconds = pulled.value().seconds;
-        group.pull_bytes = pulled.value().bytes;
+      if (p == 0 && pulled_now.pulled) {
+        group.pull_seconds = pulled_now.seconds;
+        group.pull_bytes = pulled_now.bytes;
       }
       auto sent = send(group, stop);
       if (!sent) return sent.error();
@@ -330,6 +442,7 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
     const double send_end = loop::wall_clock_seconds();
     if (send_end - send_start > 0.01) timeline_.span("send", send_start, send_end);
     ++totals_.rounds;
+    if (staged_) totals_.pulls = staged_->stats().installs;
     totals_.trajectories += requests.size();
     totals_.tokens += stats.generated_tokens;
     const double n = static_cast<double>(requests.size());
@@ -337,7 +450,8 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       metrics_->write({{"event", "round"},
                        {"generator", options_.id},
                        {"round", round},
-                       {"version", version_},
+                       {"version", round_version},
+                       {"version_after", version_},
                        {"trajectories", requests.size()},
                        {"operators", operators},
                        {"carries_in", carries_total},

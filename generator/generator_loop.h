@@ -13,6 +13,16 @@
 //   published when it is sent (version_end), and the pull that preceded it.
 //   The parameters change only in (1), between rounds: a group never mixes
 //   versions.
+// - In-flight updates (async, staged_updates on, the policy's float32 layout
+//   in flight): the weights never stop generation. A background pull stages
+//   each new version while the generator samples (generator/staged_policy.h);
+//   it is installed at the next token boundary, so a sequence in flight
+//   finishes under the new weights with its KV cache kept, and every token
+//   records the version it was sampled with (Trajectory::token_versions). A
+//   group's version_start is its oldest token's version: staleness counts a
+//   trajectory by its oldest token. A lost trainer is reconnected while the
+//   installed version keeps generating. Sync mode and a narrowed wire keep the
+//   round-boundary pulls below.
 // - Faults: a lost trainer (the Subscriber's sticky error) is answered by
 //   connecting again, for up to trainer_timeout; a new connection takes the
 //   newest version the (restarted) trainer offers. After a failed pull
@@ -42,6 +52,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +76,7 @@ class GroupSender;
 namespace generator {
 
 class WeightSource;
+class StagedPolicy;
 
 struct GeneratorOptions {
   // The trainer's Publisher (or relays), host:port, in order of preference:
@@ -99,6 +111,8 @@ struct GeneratorOptions {
   int max_ahead_versions = 2;
   std::chrono::seconds trainer_timeout{60};
   std::string transport = "auto";
+  // Async: pull in the background and install at token boundaries (above).
+  bool staged_updates = true;
 };
 
 struct GeneratorTotals {
@@ -131,6 +145,15 @@ class GeneratorLoop {
   // Async pacing: waits until the next round fits the allowance.
   zorplex::Result<bool> wait_for_allowance(const std::atomic<bool>& stop);
   zorplex::Result<bool> send(const algorithms::TrajectoryGroup& group, const std::atomic<bool>& stop);
+  // In-flight mode: (re)connects the staged policy, and before the first
+  // round of a connection waits for a version; false when stopped.
+  zorplex::Result<bool> prepare_staged(const std::atomic<bool>& stop);
+  bool staged_mode() const {
+    return staged_ != nullptr || (!options_.sync && options_.staged_updates && !narrow_wire_);
+  }
+  // The newest version known (pacing, version_end), or nullopt if the trainer is unreachable now.
+  std::optional<std::uint64_t> newest_version();
+  void wait_for_newer(std::uint64_t than);
 
   GeneratorOptions options_;
   policy::Transformer model_;
@@ -143,8 +166,11 @@ class GeneratorLoop {
   // (the trainer's --wire-dtype; kept across reconnects to the same layout).
   std::unique_ptr<loop::PolicyPullTarget> pull_target_;
   std::unique_ptr<channel::GroupSender> sender_;
-  std::uint64_t version_ = 0;  // the version in the model's buffer; 0 before the first pull
-  bool buffer_intact_ = true;  // false after a failed pull until one succeeds
+  std::unique_ptr<StagedPolicy> staged_;  // in-flight mode
+  bool narrow_wire_ = false;              // the trainer sends a narrowed form: no in-flight mode
+  bool pace_base_pending_ = false;  // in-flight mode: the first install of a connection sets the pace base
+  std::uint64_t version_ = 0;       // the version in the model's buffer; 0 before the first pull
+  bool buffer_intact_ = true;       // false after a failed pull until one succeeds
   std::uint64_t next_task_ = 0;
   std::uint64_t pace_base_version_ = 0;  // first version pulled on this connection
   std::uint64_t pace_sent_groups_ = 0;   // groups sent on this connection

@@ -87,12 +87,14 @@ int main(int argc, char** argv) try {
   app.add_option("--group-size", options.group_size, "Episodes per prompt (G)")->check(CLI::Range(1, 256));
   app.add_option("--temperature", options.temperature, "Sampling temperature (the trainer must use the same)")
       ->check(CLI::Range(0.05, 5.0));
-  app.add_option("--task", tasks,
-                 "Task kind[:difficulty]; several (repeated, or a comma-separated list) alternate prompt by prompt")
+  app.add_option(
+         "--task", tasks,
+         "Task kind[:difficulty]; several (repeated, or a comma-separated list) alternate prompt by prompt")
       ->delimiter(',');
-  app.add_option("--carry-candidates", options.carry_candidates,
-                 "Prompts weighted towards carries: draw N tasks per prompt, keep the one whose column working "
-                 "takes the most carries or borrows in (1: off)")
+  app.add_option(
+         "--carry-candidates", options.carry_candidates,
+         "Prompts weighted towards carries: draw N tasks per prompt, keep the one whose column working "
+         "takes the most carries or borrows in (1: off)")
       ->check(CLI::Range(1, 64));
   app.add_option("--task-seed-base", options.task_seed_base,
                  "Task seeds are base + id * 1000000 + n (keep them away from SFT and evaluation seeds)");
@@ -108,6 +110,12 @@ int main(int argc, char** argv) try {
                  "Seconds to wait for an absent, restarting or stalled trainer before giving up")
       ->check(CLI::Range(1, 86400));
   app.add_option("--transport", options.transport, "Weight transport: auto, ucx, shm, tcp, verbs");
+  std::string in_flight = "on";
+  app.add_option("--in-flight-updates", in_flight,
+                 "async: pull new weights in the background and install them at the next token boundary, so "
+                 "generation never stops for a pull (off: pull between rounds, generation waits)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--out", out_dir, "Folder for generator-K.jsonl (metrics) and timeline-generator-K.jsonl");
   app.add_option("--threads", threads, "Torch CPU threads")->check(CLI::Range(1, 256));
   app.add_option("--device", device_name,
@@ -115,6 +123,7 @@ int main(int argc, char** argv) try {
                  "memory)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
+  options.staged_updates = in_flight == "on";
   auto device = loop::select_device(device_name);
   if (!device) return fail(device.error().message);
   if (device.value().is_cuda()) {

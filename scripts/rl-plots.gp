@@ -41,13 +41,15 @@ set xlabel "seconds since the first publish"
 unset ylabel
 set style fill solid 0.9 noborder
 set key outside right
-# event index: 0 generate, 1 train, 2 wait, 3 pull, 4 publish, 5 send, 6 checkpoint, 7 eval
-set palette defined (0 "#2ca02c", 1 "#1f77b4", 2 "#dddddd", 3 "#d62728", 4 "#ff7f0e", 5 "#9467bd", 6 "#8c564b", 7 "#e377c2")
-set cbrange [0:7]
+# event index: 0 generate, 1 train, 2 wait, 3 pull, 4 publish, 5 send, 6 checkpoint, 7 eval, 8 blocked
+# (an in-flight install: microseconds, drawn as a mark); a background pull is a thin bar above its row.
+set palette defined (0 "#2ca02c", 1 "#1f77b4", 2 "#dddddd", 3 "#d62728", 4 "#ff7f0e", 5 "#9467bd", 6 "#8c564b", 7 "#e377c2", 8 "#000000")
+set cbrange [0:8]
 unset colorbox
 do for [run in "sync async"] {
   set title run
-  plot dir."/timeline-".run.".dat" using (($2+$3)/2):1:(($3-$2)/2):(0.35):4 with boxxyerror palette notitle, \
+  plot dir."/timeline-".run.".dat" using (($2+$3)/2):1:(($3-$2)/2):7:4 with boxxyerror palette notitle, \
+       dir."/timeline-".run.".dat" using ($4 == 8 ? $2 : NaN):1 with points pt 7 ps 0.5 lc rgb "#000000" title "install", \
        NaN with boxes lc rgb "#2ca02c" title "generate", \
        NaN with boxes lc rgb "#1f77b4" title "train", \
        NaN with boxes lc rgb "#dddddd" title "wait", \

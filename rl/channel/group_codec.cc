@@ -105,8 +105,79 @@ struct Reader {
   }
 };
 
+// The versions of the generated tokens as runs: [index, version] at the
+// first generated token and wherever the version changes.
+// The versions of the generated tokens as runs, packed as a binary of
+// 12-byte entries (u32 token index, u64 version, little-endian): one at the
+// first generated token and one wherever the version changes. Null when a
+// generated token's version is unknown (0: sampled without in-flight
+// updates): the receiver then gives every token the group's version_start.
+json version_runs(const rollout::Trajectory& t) {
+  if (t.token_versions.size() != t.generated.size()) return nullptr;
+  Binary runs;
+  bool first = true;
+  std::uint64_t last = 0;
+  for (std::size_t i = 0; i < t.generated.size(); ++i) {
+    if (t.generated[i] == 0) continue;
+    if (t.token_versions[i] == 0) return nullptr;
+    if (first || t.token_versions[i] != last) {
+      for (int b = 0; b < 4; ++b) runs.push_back(static_cast<std::uint8_t>(i >> (8 * b)));
+      for (int b = 0; b < 8; ++b) runs.push_back(static_cast<std::uint8_t>(t.token_versions[i] >> (8 * b)));
+    }
+    first = false;
+    last = t.token_versions[i];
+  }
+  return runs;
+}
+
+constexpr std::size_t kRunBytes = 12;
+
+std::uint64_t little_endian(const Binary& bytes, std::size_t at, int count) {
+  std::uint64_t value = 0;
+  for (int b = 0; b < count; ++b) value |= std::uint64_t{bytes[at + static_cast<std::size_t>(b)]} << (8 * b);
+  return value;
+}
+
+// Sets every generated token's version from the runs (null: `fallback`, the
+// group's version_start), each within fallback..newest.
+zorplex::Result<bool> apply_version_runs(const Binary* runs, rollout::Trajectory& t, std::uint64_t fallback,
+                                         std::uint64_t newest, const std::string& where) {
+  t.token_versions.assign(t.tokens.size(), 0);
+  if (runs != nullptr && runs->size() % kRunBytes != 0) {
+    return zorplex::Error{where + ": token_versions is not a whole number of runs"};
+  }
+  const std::size_t count = runs != nullptr ? runs->size() / kRunBytes : 0;
+  std::uint64_t version = fallback;
+  std::size_t next_run = 0;
+  std::uint64_t previous_index = 0;
+  for (std::size_t run = 0; run < count; ++run) {
+    const std::uint64_t index = little_endian(*runs, run * kRunBytes, 4);
+    if (index >= t.tokens.size() || (run > 0 && index <= previous_index)) {
+      return zorplex::Error{where + ": version runs out of order or past the tokens"};
+    }
+    if (t.generated[index] == 0)
+      return zorplex::Error{where + ": a version run starts at a prompt or tool token"};
+    previous_index = index;
+  }
+  for (std::size_t i = 0; i < t.tokens.size(); ++i) {
+    if (next_run < count && little_endian(*runs, next_run * kRunBytes, 4) == i) {
+      version = little_endian(*runs, next_run * kRunBytes + 4, 8);
+      ++next_run;
+    }
+    if (t.generated[i] == 0) continue;
+    if (version < fallback || version > newest) {
+      return zorplex::Error{where + ": token " + std::to_string(i) + " has version " +
+                            std::to_string(version) + ", outside the group's " + std::to_string(fallback) +
+                            ".." + std::to_string(newest)};
+    }
+    t.token_versions[i] = version;
+  }
+  return true;
+}
+
 json encode_trajectory(const rollout::Trajectory& t) {
   return json{
+      {"token_versions", version_runs(t)},
       {"tokens", tokens_binary(t.tokens)},
       {"generated", Binary(std::vector<std::uint8_t>(t.generated.begin(), t.generated.end()))},
       {"log_probs", floats_binary(t.log_probs)},
@@ -283,8 +354,18 @@ zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes
                           std::to_string(kMaxTrajectories) + " allowed)"};
   }
   for (std::size_t i = 0; i < trajectories->size(); ++i) {
-    auto t = decode_trajectory((*trajectories)[i], "trajectory " + std::to_string(i));
+    const std::string where = "trajectory " + std::to_string(i);
+    auto t = decode_trajectory((*trajectories)[i], where);
     if (!t) return zorplex::Error{"trajectory group: " + t.error().message};
+    const json& item = (*trajectories)[i];
+    const auto runs = item.find("token_versions");
+    const bool given = runs != item.end() && !runs->is_null();
+    if (given && !runs->is_binary()) {
+      return zorplex::Error{"trajectory group: " + where + ": token_versions is not a binary"};
+    }
+    auto applied = apply_version_runs(given ? &runs->get_binary() : nullptr, t.value(), group.version_start,
+                                      group.version_end, where);
+    if (!applied) return zorplex::Error{"trajectory group: " + applied.error().message};
     group.trajectories.push_back(std::move(t).value());
   }
   return group;

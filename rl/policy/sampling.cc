@@ -59,9 +59,21 @@ torch::Tensor sequence_log_probs(const Transformer& model, const torch::Tensor& 
 
 zorplex::Result<std::vector<Generation>> generate(const Transformer& model,
                                                   const std::vector<std::vector<TokenId>>& prompts,
-                                                  const SamplingOptions& options,
-                                                  const StopCallback& stop) try {
+                                                  const SamplingOptions& options, const StopCallback& stop,
+                                                  const StepHook& hook) try {
   const ModelConfig& config = model.config();
+  // The model of the next step (the hook's, when given; the same config).
+  ModelAtStep current{&model, 0};
+  auto next_model = [&]() -> zorplex::Result<bool> {
+    if (!hook) return true;
+    ModelAtStep asked = hook();
+    if (asked.model == nullptr) return zorplex::Error{"the step hook returned no model"};
+    if (!(asked.model->config() == config)) {
+      return zorplex::Error{"the step hook returned a model of another config"};
+    }
+    current = asked;
+    return true;
+  };
   if (!(options.temperature >= 0.0) || !std::isfinite(options.temperature)) {
     return zorplex::Error{"temperature must be a finite number >= 0 (0 is greedy)"};
   }
@@ -103,7 +115,10 @@ zorplex::Result<std::vector<Generation>> generate(const Transformer& model,
     }
   }
   KVCache cache;
-  torch::Tensor logits = model.forward_step(padded.to(model.device()), cache, mask.to(model.device()));
+  if (auto ok = next_model(); !ok) return ok.error();
+  std::uint64_t logits_version = current.version;  // the version that gave `last`
+  torch::Tensor logits =
+      current.model->forward_step(padded.to(model.device()), cache, mask.to(model.device()));
   torch::Tensor last = logits.select(1, longest - 1);  // [A, V]
 
   at::Generator gen = at::detail::createCPUGenerator(options.seed);
@@ -124,6 +139,7 @@ zorplex::Result<std::vector<Generation>> generate(const Transformer& model,
       const TokenId token = next_a[static_cast<std::int64_t>(r)];
       g.tokens.push_back(token);
       g.log_probs.push_back(logp_a[static_cast<std::int64_t>(r)]);
+      g.versions.push_back(logits_version);
       if (is_byte(token)) g.text.push_back(static_cast<char>(static_cast<unsigned char>(token)));
       const auto total = static_cast<std::int64_t>(prompts[i].size() + g.tokens.size());
       bool done = true;
@@ -150,7 +166,9 @@ zorplex::Result<std::vector<Generation>> generate(const Transformer& model,
       next = next.index_select(0, rows);
     }
     active = std::move(still_active);
-    last = model.forward_step(next.unsqueeze(1), cache).select(1, 0);
+    if (auto ok = next_model(); !ok) return ok.error();  // a token boundary: new weights may come in
+    logits_version = current.version;
+    last = current.model->forward_step(next.unsqueeze(1), cache).select(1, 0);
   }
   return zorplex::Result<std::vector<Generation>>(std::move(results));
 } catch (const std::exception& e) {

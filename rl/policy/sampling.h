@@ -23,6 +23,16 @@
 //   generated so far (decode() of the tokens: bytes only); it plugs in the
 //   Zorplex turn stop rule (zorplex::check_turn_stop(text, false, n)). At
 //   EOS it is not called: the caller checks check_turn_stop(text, true).
+// - Weights that change during generation (StepHook): when a hook is given,
+//   generate() asks it for the model before the prefill and before every
+//   decode step, and that step runs on the model it returns (the same one, or
+//   one whose weights were just installed: the same config, another buffer).
+//   Each token records the version of the model whose forward pass gave its
+//   logits (Generation::versions). The KV cache is kept across a change: the
+//   keys and values of earlier tokens stay as the older weights computed
+//   them, and the recorded log-probs are those of the distribution the token
+//   was actually drawn from (docs/rl_loop.md, "In-flight weight updates").
+//   Without a hook every token records version 0.
 // - Sampling draws from one CPU generator seeded with options.seed, so the
 //   same model, prompts and options give the same tokens.
 // - Errors: bad options or prompts come back as an Error naming the problem;
@@ -61,17 +71,28 @@ struct SamplingOptions {
   std::uint64_t seed = 0;
 };
 
+// The model a step runs on, and the version its tokens record.
+struct ModelAtStep {
+  const Transformer* model = nullptr;
+  std::uint64_t version = 0;
+};
+// Called on the generating thread before the prefill and before each decode
+// step; it may install new weights and return the model over them.
+using StepHook = std::function<ModelAtStep()>;
+
 struct Generation {
-  std::vector<TokenId> tokens;   // the sampled tokens (EOS included when it ended the row)
-  std::vector<float> log_probs;  // one per token, as defined above
-  std::string text;              // decode(tokens)
+  std::vector<TokenId> tokens;          // the sampled tokens (EOS included when it ended the row)
+  std::vector<float> log_probs;         // one per token, as defined above
+  std::vector<std::uint64_t> versions;  // one per token: the version of the model that gave its logits
+  std::string text;                     // decode(tokens)
   StopReason reason = StopReason::kMaxNewTokens;
 };
 
 zorplex::Result<std::vector<Generation>> generate(const Transformer& model,
                                                   const std::vector<std::vector<TokenId>>& prompts,
                                                   const SamplingOptions& options,
-                                                  const StopCallback& stop = nullptr);
+                                                  const StopCallback& stop = nullptr,
+                                                  const StepHook& hook = nullptr);
 
 // log_softmax(logits / t)[target] with t = temperature > 0 ? temperature : 1.
 // logits [..., V], targets [...] (int64) -> [...] float; differentiable.

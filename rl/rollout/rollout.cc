@@ -40,7 +40,7 @@ zorplex::Result<std::vector<Trajectory>> run_rollouts(const policy::Transformer&
                  : policy::StopDecision::kStop;
     };
     const auto start = std::chrono::steady_clock::now();
-    auto generations = policy::generate(model, prompts, sampling, stop);
+    auto generations = policy::generate(model, prompts, sampling, stop, options.step_hook);
     local.generation_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++local.generate_calls;
@@ -49,7 +49,7 @@ zorplex::Result<std::vector<Trajectory>> run_rollouts(const policy::Transformer&
       const policy::Generation& g = generations.value()[r];
       local.generated_tokens += g.tokens.size();
       TrajectoryBuilder& builder = builders[rows[r]];
-      builder.add_turn(g.tokens, g.log_probs);
+      builder.add_turn(g.tokens, g.log_probs, g.versions);
       if (!builder.over() && g.reason == policy::StopReason::kContextFull) builder.truncate();
     }
   }

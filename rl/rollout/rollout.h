@@ -17,7 +17,8 @@
 // - Errors: bad sampling options or a torch failure come back as an Error;
 //   no partial result is returned.
 // - Thread: reads the model's parameters for the whole call (no writes to
-//   its buffer may overlap); uses torch's intra-op threads.
+//   its buffer may overlap; with a step hook, the hook's models'); uses
+//   torch's intra-op threads.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,10 @@ struct RolloutOptions {
   int max_turns = zorplex::kMaxTurns;
   zorplex::Shaping shaping = zorplex::Shaping::kOriginal;
   policy::PromptFormat format;
+  // In-flight weight updates (policy::StepHook): asked for the model before
+  // every prefill and decode step; each token records the version it was
+  // sampled with (Trajectory::token_versions). Empty: `model`, version 0.
+  policy::StepHook step_hook;
 };
 
 struct RolloutStats {

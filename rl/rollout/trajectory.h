@@ -49,6 +49,9 @@ struct Trajectory {
   std::vector<TokenId> tokens;
   std::vector<std::uint8_t> generated;  // loss mask: 1 = produced by the model
   std::vector<float> log_probs;         // behaviour log-probs; 0 where generated is 0
+  // The policy version each token was sampled with (several when weights were
+  // installed mid-generation); 0 where generated is 0.
+  std::vector<std::uint64_t> token_versions;
   std::size_t prompt_tokens = 0;
   std::string transcript;  // the assistant text: model text plus injected results
   zorplex::Score score;    // correct, failure mode, reward, tool calls, extraction
@@ -57,6 +60,9 @@ struct Trajectory {
   bool truncated = false;  // ended because the context was full
 
   std::size_t generated_tokens() const;
+  // The oldest and newest version of its generated tokens (0 with none).
+  std::uint64_t oldest_version() const;
+  std::uint64_t newest_version() const;
 };
 
 class TrajectoryBuilder {
@@ -69,7 +75,9 @@ class TrajectoryBuilder {
   int turns() const { return episode_.turns(); }
 
   // Appends one turn; returns whether the episode is over afterwards.
-  bool add_turn(const std::vector<TokenId>& tokens, const std::vector<float>& log_probs);
+  // versions: one per token (the model version that sampled it); empty: 0s.
+  bool add_turn(const std::vector<TokenId>& tokens, const std::vector<float>& log_probs,
+                const std::vector<std::uint64_t>& versions = {});
   void truncate();
 
   Trajectory finish(zorplex::Shaping shaping);

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,14 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Nearest rank: the smallest value with at least q of the values at or below it.
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::min(values.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
 json eval_entry(const json& eval) {
@@ -151,13 +160,21 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   std::uint64_t digests_checked = 0;
   std::uint64_t digests_matched = 0;
   std::vector<double> pull_seconds;
+  // Generation blocked per update: a foreground pull's whole time, or an
+  // in-flight install's pause.
+  std::vector<double> blocked_seconds;
+  bool in_flight = false;
   for (const auto& [generator, records] : run.generators) {
     for (const json& r : records) {
       const std::string event = r.value("event", "");
       if (event == "round") {
         generated += r.value("trajectories", std::uint64_t{0});
         tokens += r.value("tokens", std::uint64_t{0});
+      } else if (event == "install") {
+        in_flight = true;
+        blocked_seconds.push_back(r.value("blocked_seconds", 0.0));
       } else if (event == "pull") {
+        if (!r.value("background", false)) blocked_seconds.push_back(r.value("seconds", 0.0));
         ++pulls;
         pull_seconds.push_back(r.value("seconds", 0.0));
         all_pull_seconds.push_back(r.value("seconds", 0.0));
@@ -174,17 +191,20 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
 
   if (!plots.empty()) {
     std::ofstream gantt(plots + "/timeline-" + name + ".dat");
-    gantt << "# row start_s end_s event_index process event\n";
-    const std::vector<std::string> events{"generate", "train", "wait",      "pull",
-                                          "publish",  "send",  "checkpoint", "eval"};
+    gantt << "# row start_s end_s event_index process event half_height\n";
+    const std::vector<std::string> events{"generate", "train",      "wait", "pull",   "publish",
+                                          "send",     "checkpoint", "eval", "blocked"};
     for (const json& e : run.timeline) {
       const std::string process = e.value("process", "");
       const double row =
           process == "trainer" ? 0.0 : 1.0 + std::atof(process.substr(process.find('-') + 1).c_str());
       const std::string event = e.value("event", "");
       const auto index = std::find(events.begin(), events.end(), event) - events.begin();
-      gantt << row << ' ' << e.value("start", 0.0) - first_publish << ' '
-            << e.value("end", 0.0) - first_publish << ' ' << index << ' ' << process << ' ' << event << '\n';
+      // A background pull (in-flight updates) runs beside generation: a thin bar above the row.
+      const bool background = e.value("background", false);
+      gantt << (background ? row + 0.3 : row) << ' ' << e.value("start", 0.0) - first_publish << ' '
+            << e.value("end", 0.0) - first_publish << ' ' << index << ' ' << process << ' ' << event << ' '
+            << (background ? 0.06 : 0.35) << '\n';
     }
   }
 
@@ -204,6 +224,11 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
           {"pulls", pulls},
           {"pull_s_median", median(pull_seconds)},
           {"pull_share_of_step", step_median > 0 ? median(pull_seconds) / step_median : 0.0},
+          {"in_flight_updates", in_flight},
+          {"blocked_updates", blocked_seconds.size()},
+          {"blocked_s_median", median(blocked_seconds)},
+          {"blocked_s_p99", quantile(blocked_seconds, 0.99)},
+          {"blocked_s_max", quantile(blocked_seconds, 1.0)},
           {"digests_checked", digests_checked},
           {"digests_matched", digests_matched},
           {"periodic_eval", periodic_eval}};
@@ -234,6 +259,16 @@ void print_summary(const json& report) {
         static_cast<unsigned long long>(r.value("digests_matched", 0ULL)),
         static_cast<unsigned long long>(r.value("digests_checked", 0ULL)));
   }
+  for (const char* name : {"sync", "async"}) {
+    if (!report.contains(name) || report[name].value("blocked_updates", 0ULL) == 0) continue;
+    const json& r = report[name];
+    std::printf(
+        "  %-6s generation blocked per update (%s): median %.3f ms, p99 %.3f ms, max %.3f ms over %llu\n",
+        name, r.value("in_flight_updates", false) ? "in-flight installs" : "foreground pulls",
+        1000 * r.value("blocked_s_median", 0.0), 1000 * r.value("blocked_s_p99", 0.0),
+        1000 * r.value("blocked_s_max", 0.0),
+        static_cast<unsigned long long>(r.value("blocked_updates", 0ULL)));
+  }
   const json& ws = report["weight_sync"];
   std::printf("weight sync: %s, %llu bytes per pull, %llu pulls, median %.2f ms (%.2f%% of a step)\n",
               ws.value("transport", "").c_str(),
@@ -244,12 +279,13 @@ void print_summary(const json& report) {
   for (const auto& [name, value] : figures.items()) {
     if (name.rfind("accuracy_gain_", 0) == 0) {
       const std::string run = name.substr(14);
-      std::printf("%-6s accuracy %+5.1f points: %.1f%% (%s the required %.0f%%), error %.1f%% -> %.1f%% (%s)\n",
-                  run.c_str(), 100 * value.get<double>(), 100 * figures.value("accuracy_after_" + run, 0.0),
-                  figures.value("meets_accuracy_" + run, false) ? "meets" : "MISSES",
-                  100 * figures.value("required_accuracy", 0.0), 100 * figures.value("error_before", 0.0),
-                  100 * figures.value("error_after_" + run, 0.0),
-                  figures.value("error_halved_" + run, false) ? "at least halved" : "NOT halved");
+      std::printf(
+          "%-6s accuracy %+5.1f points: %.1f%% (%s the required %.0f%%), error %.1f%% -> %.1f%% (%s)\n",
+          run.c_str(), 100 * value.get<double>(), 100 * figures.value("accuracy_after_" + run, 0.0),
+          figures.value("meets_accuracy_" + run, false) ? "meets" : "MISSES",
+          100 * figures.value("required_accuracy", 0.0), 100 * figures.value("error_before", 0.0),
+          100 * figures.value("error_after_" + run, 0.0),
+          figures.value("error_halved_" + run, false) ? "at least halved" : "NOT halved");
     }
   }
 }

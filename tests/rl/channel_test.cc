@@ -179,6 +179,61 @@ TEST_CASE("group codec: out-of-range trajectory fields are refused", "[rl][chann
         }).find("differ in length") != std::string::npos);
 }
 
+TEST_CASE("group codec: the version of every token, as sampled with in-flight updates", "[rl][channel]") {
+  TrajectoryGroup group = sample_group();
+  // Trajectory 0 was sampled across an install: its first generated tokens on
+  // version 7, the rest on 8; trajectory 1 entirely on 9; the others unknown.
+  for (std::size_t t = 0; t < 2; ++t) {
+    rollout::Trajectory& traj = group.trajectories[t];
+    traj.token_versions.assign(traj.tokens.size(), 0);
+    std::size_t seen = 0;
+    for (std::size_t k = 0; k < traj.tokens.size(); ++k) {
+      if (!traj.generated[k]) continue;
+      traj.token_versions[k] = t == 1 ? 9 : (seen++ < 5 ? 7 : 8);
+    }
+  }
+  auto decoded = channel::decode_group(channel::encode_group(group));
+  INFO((decoded.ok() ? std::string() : decoded.error().message));
+  REQUIRE(decoded.ok());
+  const auto& got = decoded.value().trajectories;
+  CHECK(got[0].token_versions == group.trajectories[0].token_versions);
+  CHECK(got[1].token_versions == group.trajectories[1].token_versions);
+  CHECK(got[0].oldest_version() == 7);
+  CHECK(got[0].newest_version() == 8);
+  // Unknown versions arrive as the group's version_start.
+  CHECK(got[2].oldest_version() == 7);
+  CHECK(got[2].newest_version() == 7);
+
+  const json good = as_json(channel::encode_group(group));
+  REQUIRE(good["trajectories"][0]["token_versions"].get_binary().size() == 2 * 12);  // two runs
+  CHECK(good["trajectories"][2]["token_versions"].is_null());
+  auto with = [&](const std::function<void(json::binary_t&)>& edit) {
+    json j = good;
+    edit(j["trajectories"][0]["token_versions"].get_binary());
+    return error_of(j);
+  };
+  auto set = [](json::binary_t& runs, std::size_t at, std::uint64_t value, int bytes) {
+    for (int b = 0; b < bytes; ++b)
+      runs[at + static_cast<std::size_t>(b)] = static_cast<std::uint8_t>(value >> (8 * b));
+  };
+  CHECK(with([&](json::binary_t& runs) { set(runs, 12 + 4, 10, 8); }).find("outside the group's 7..9") !=
+        std::string::npos);
+  CHECK(with([&](json::binary_t& runs) { set(runs, 4, 6, 8); }).find("outside the group's 7..9") !=
+        std::string::npos);
+  CHECK(with([&](json::binary_t& runs) {
+          std::swap_ranges(runs.begin(), runs.begin() + 12, runs.begin() + 12);
+        }).find("out of order") != std::string::npos);
+  CHECK(with([&](json::binary_t& runs) { set(runs, 0, 0, 4); }).find("prompt or tool token") !=
+        std::string::npos);
+  CHECK(with([&](json::binary_t& runs) { set(runs, 12, 1u << 30, 4); }).find("past the tokens") !=
+        std::string::npos);
+  CHECK(with([](json::binary_t& runs) { runs.pop_back(); }).find("whole number of runs") !=
+        std::string::npos);
+  json j = good;
+  j["trajectories"][0]["token_versions"] = 5;
+  CHECK(error_of(j).find("not a binary") != std::string::npos);
+}
+
 TEST_CASE("group codec: truncation at every length and random mutations never crash", "[rl][channel]") {
   const std::string bytes = channel::encode_group(sample_group());
   for (std::size_t n = 0; n < bytes.size(); n += (n < 512 ? 1 : 37)) {

@@ -374,6 +374,56 @@ TEST_CASE("sampling: temperature and top-p log-probs equal a teacher-forced reco
   }
 }
 
+TEST_CASE("sampling: weights installed at a token boundary: the new model samples on, over the kept KV cache",
+          "[policy][sampling]") {
+  Transformer old_weights = make_model(tiny_config(), 3);
+  Transformer new_weights = make_model(tiny_config(), 8);
+  const std::vector<TokenId> prompt = zorplex_prompts()[0];
+  SamplingOptions options;
+  options.temperature = 0.0;  // greedy: every token is the argmax of the logits it came from
+  options.max_new_tokens = 16;
+  constexpr int kSwitchAfter = 6;  // hook calls: the prefill, then one per decode step
+  int calls = 0;
+  const StepHook hook = [&]() -> ModelAtStep {
+    ++calls;
+    return calls <= kSwitchAfter ? ModelAtStep{&old_weights, 4} : ModelAtStep{&new_weights, 5};
+  };
+  auto mixed = generate(old_weights, {prompt}, options, nullptr, hook);
+  REQUIRE(mixed.ok());
+  const Generation& g = mixed.value()[0];
+  REQUIRE(g.tokens.size() == 16);
+  REQUIRE(g.versions.size() == 16);
+  for (std::size_t i = 0; i < g.versions.size(); ++i) CHECK(g.versions[i] == (i < kSwitchAfter ? 4u : 5u));
+
+  // The same steps by hand: the old model prefills and decodes the first six
+  // tokens; the new one decodes on over the same cache (kept, not recomputed).
+  torch::NoGradGuard no_grad;
+  KVCache cache;
+  torch::Tensor input =
+      torch::tensor(std::vector<std::int64_t>(prompt.begin(), prompt.end()), torch::kLong).unsqueeze(0);
+  torch::Tensor logits = old_weights.forward_step(input, cache).select(1, -1);
+  for (std::size_t i = 0; i < g.tokens.size(); ++i) {
+    const std::int64_t expected = logits.argmax(-1).item<std::int64_t>();
+    INFO("token " << i);
+    REQUIRE(g.tokens[i] == expected);
+    const float log_prob = torch::log_softmax(logits, -1)[0][expected].item<float>();
+    CHECK(std::abs(g.log_probs[i] - log_prob) < 1e-4);
+    const Transformer& next = static_cast<int>(i) + 1 < kSwitchAfter ? old_weights : new_weights;
+    logits = next.forward_step(torch::tensor({expected}, torch::kLong).unsqueeze(0), cache).select(1, -1);
+  }
+  // The tokens after the switch are not what the old model alone would say.
+  auto old_only = generate(old_weights, {prompt}, options);
+  REQUIRE(old_only.ok());
+  CHECK(std::equal(g.tokens.begin(), g.tokens.begin() + kSwitchAfter, old_only.value()[0].tokens.begin()));
+  CHECK(g.tokens != old_only.value()[0].tokens);
+  // Without a hook every token records version 0; a hook must return a model of the same config.
+  for (std::uint64_t v : old_only.value()[0].versions) CHECK(v == 0);
+  Transformer other = make_model(tiny_config(PositionEncoding::kRotary), 3);
+  auto refused = generate(old_weights, {prompt}, options, nullptr, [&] { return ModelAtStep{&other, 1}; });
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("another config"));
+}
+
 TEST_CASE("sampling: EOS, the stop callback, the token budget and the context end rows",
           "[policy][sampling]") {
   Transformer model = make_model(tiny_config(), 9);

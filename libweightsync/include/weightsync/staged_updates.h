@@ -184,6 +184,10 @@ class StagedUpdates {
   // size; kCopy: nullptr and 0 (the live weights are the engine's own).
   void* live_data(std::size_t member = 0) const noexcept;
   std::size_t live_bytes(std::size_t member = 0) const noexcept;
+  // kSwap: buffer 0 or 1 (live_data() is one of them, the other is being
+  // staged into), to wrap views over each once (a model over either buffer);
+  // never read or write the one that is not live. nullptr otherwise.
+  void* buffer_data(std::size_t index, std::size_t member = 0) const noexcept;
   // kSwap, whole layout: the address of `name` in the live buffer; nullptr
   // for an unknown name, a partial update or kCopy.
   void* tensor(const std::string& name, std::size_t member = 0) const noexcept;

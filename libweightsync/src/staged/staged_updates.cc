@@ -284,6 +284,10 @@ void* StagedUpdates::live_data(std::size_t member) const noexcept {
   if (impl_->options.mode != InstallMode::kSwap || !impl_->has_member(member)) return nullptr;
   return impl_->areas[member].buffer(impl_->live_index.load());
 }
+void* StagedUpdates::buffer_data(std::size_t index, std::size_t member) const noexcept {
+  if (impl_->options.mode != InstallMode::kSwap || !impl_->has_member(member) || index > 1) return nullptr;
+  return impl_->areas[member].buffer(index);
+}
 std::size_t StagedUpdates::live_bytes(std::size_t member) const noexcept {
   if (impl_->options.mode != InstallMode::kSwap || !impl_->has_member(member)) return 0;
   return impl_->areas[member].buffer_bytes();
