@@ -107,6 +107,13 @@ Status copy_sync(void* dst, const void* src, std::size_t bytes) {
   return err == cudaSuccess ? Status() : cuda_error(err, "cudaMemcpy of " + std::to_string(bytes) + " bytes");
 }
 
+Status copy_device_to_device_sync(void* dst, const void* src, std::size_t bytes) {
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
+  return err == cudaSuccess ? Status()
+                            : cuda_error(err, "device-to-device copy of " + std::to_string(bytes) + " bytes");
+}
+
 // ---- CudaStream ----
 
 Result<CudaStream> CudaStream::create() {

@@ -33,6 +33,11 @@ Status check_device_pointer(const void* ptr, std::size_t bytes, const char* what
 Status copy_async(void* dst, const void* src, std::size_t bytes, void* stream);
 // Blocking copy (cudaMemcpy, cudaMemcpyDefault).
 Status copy_sync(void* dst, const void* src, std::size_t bytes);
+// A device-to-device copy on the legacy default stream (ordered after the
+// work queued on every blocking stream, PyTorch's default stream included),
+// returned from only once the bytes are there: cudaMemcpy alone returns
+// before a device-to-device copy ends.
+Status copy_device_to_device_sync(void* dst, const void* src, std::size_t bytes);
 
 class CudaStream {
  public:

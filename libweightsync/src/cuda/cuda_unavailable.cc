@@ -26,6 +26,10 @@ Status copy_sync(void*, const void*, std::size_t) {
   return not_built();
 }
 
+Status copy_device_to_device_sync(void*, const void*, std::size_t) {
+  return not_built();
+}
+
 Result<CudaStream> CudaStream::create() {
   return not_built();
 }

@@ -132,7 +132,7 @@ DeviceBackend cuda_backend() {
     if (!memory.ok()) return memory.status();
     return std::unique_ptr<DeviceAllocation>(new CudaAllocation(std::move(*memory)));
   };
-  backend.copy_within_device = copy_sync;
+  backend.copy_within_device = copy_device_to_device_sync;
   return backend;
 }
 
