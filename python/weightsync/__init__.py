@@ -34,13 +34,15 @@ from .errors import (AuthFailed, Busy, CallError, Cancelled, ChecksumMismatch, C
                      VersionRevoked, WeightsyncError)
 from .layout import Layout, TensorInfo
 from .publisher import Publisher, PublishResult, Slot
+from .staged import InstallResult, StagedInstall, StagedUpdates
 from .subscriber import Binding, PullResult, Subscriber
 
 __version__ = _weightsync.version()
 
 __all__ = [
     "Layout", "TensorInfo", "Publisher", "PublishResult", "Slot", "Subscriber", "Binding", "PullResult",
-    "EngineAdapter", "errors", "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError",
+    "StagedUpdates", "InstallResult", "StagedInstall", "EngineAdapter",
+    "errors", "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError",
     "CallError", "Timeout", "NotReady", "VersionRevoked", "ChecksumMismatch", "Busy", "ConnectionLost",
     "ProtocolError", "InternalError", "AuthFailed", "InvalidConfig", "InvalidArgument", "StaleBinding",
     "Cancelled",
