@@ -81,7 +81,9 @@ struct CallCancel {
   }
 };
 
-py::dict stats_dict(const weightsync::SubscriberStats& s) {
+}  // namespace
+
+py::dict subscriber_stats_dict(const weightsync::SubscriberStats& s) {
   py::dict d;
   d["pulls"] = s.pulls;
   d["retries"] = s.retries;
@@ -100,6 +102,8 @@ py::dict stats_dict(const weightsync::SubscriberStats& s) {
   return d;
 }
 
+namespace {
+
 weightsync::MemoryKind kind_of(const std::string& device) {
   if (device == "cpu" || device == "host") return weightsync::MemoryKind::kHost;
   if (device == "cuda") return weightsync::MemoryKind::kCuda;
@@ -109,6 +113,21 @@ weightsync::MemoryKind kind_of(const std::string& device) {
 using Entry = std::tuple<std::string, std::uintptr_t, std::size_t>;
 
 }  // namespace
+
+std::unique_ptr<weightsync::Subscriber> take_subscriber(py::handle core) {
+  if (!py::isinstance<SubscriberCore>(core)) throw py::type_error("expected a weightsync._Subscriber");
+  auto& c = core.cast<SubscriberCore&>();
+  c.token.cancel();  // a waiting pull returns within the poll interval, as in close()
+  std::unique_ptr<weightsync::Subscriber> out;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(c.mutex);
+    out = std::move(c.sub);
+    c.token.reset();
+  }
+  if (!out) raise_status(Status(ErrorCode::kInvalidArgument, "this Subscriber is closed"));
+  return out;
+}
 
 void bind_subscriber(py::module_& m) {
   g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
@@ -196,7 +215,7 @@ void bind_subscriber(py::module_& m) {
              check(locked(c, [](auto& s) { return s.status(); }));
            },
            "Raises the sticky connection error, if there is one.")
-      .def("stats", [](SubscriberCore& c) { return stats_dict(locked(c, [](auto& s) { return s.stats(); })); })
+      .def("stats", [](SubscriberCore& c) { return subscriber_stats_dict(locked(c, [](auto& s) { return s.stats(); })); })
       .def("latest_version",
            [](SubscriberCore& c) { return unwrap(locked(c, [](auto& s) { return s.latest_version(); })); })
       .def(

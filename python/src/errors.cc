@@ -29,12 +29,24 @@ void load_error_classes() {
   Py_INCREF(g_fallback);
 }
 
-void raise_status(const weightsync::Status& status) {
+namespace {
+
+PyObject* class_of(const weightsync::Status& status) {
   const auto code = static_cast<std::size_t>(status.code());
-  PyObject* cls = code < g_classes.size() && g_classes[code] != nullptr ? g_classes[code] : g_fallback;
-  py::object instance = py::reinterpret_borrow<py::object>(cls)(
+  return code < g_classes.size() && g_classes[code] != nullptr ? g_classes[code] : g_fallback;
+}
+
+}  // namespace
+
+py::object status_exception(const weightsync::Status& status) {
+  if (status.ok()) return py::none();
+  return py::reinterpret_borrow<py::object>(class_of(status))(
       status.message(), weightsync::to_string(status.code()), weightsync::to_string(status.action()));
-  PyErr_SetObject(cls, instance.ptr());
+}
+
+void raise_status(const weightsync::Status& status) {
+  py::object instance = status_exception(status);
+  PyErr_SetObject(class_of(status), instance.ptr());
   throw py::error_already_set();
 }
 

@@ -15,6 +15,8 @@ namespace wspy {
 void load_error_classes();
 // Throws pybind11::error_already_set with the mapped exception.
 [[noreturn]] void raise_status(const weightsync::Status& status);
+// The mapped exception, not raised (None for an OK status).
+pybind11::object status_exception(const weightsync::Status& status);
 
 template <typename T>
 T unwrap(weightsync::Result<T>&& result) {

@@ -18,11 +18,11 @@
 
 namespace wspy {
 
-// f(T&) with `object` non-null, under `mutex`, GIL released. If `object` is
-// null (closed), raises InvalidArgument "this <what> is closed". f must not
-// touch Python objects.
-template <typename T, typename F>
-auto locked_call(std::mutex& mutex, const std::unique_ptr<T>& object, const char* what, F&& f) {
+// f(T&) with `object` (a std::unique_ptr<T> or std::shared_ptr<T>) non-null,
+// under `mutex`, GIL released. If `object` is null (closed), raises
+// InvalidArgument "this <what> is closed". f must not touch Python objects.
+template <typename Pointer, typename F>
+auto locked_call(std::mutex& mutex, const Pointer& object, const char* what, F&& f) {
   using R = decltype(f(*object));
   std::optional<R> out;
   {

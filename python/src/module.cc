@@ -7,6 +7,7 @@
 #include "bind_info.h"
 #include "bind_layout.h"
 #include "bind_publisher.h"
+#include "bind_staged.h"
 #include "bind_subscriber.h"
 #include "errors.h"
 #include "log_bridge.h"
@@ -19,4 +20,5 @@ PYBIND11_MODULE(_weightsync, m) {
   wspy::bind_layout(m);
   wspy::bind_publisher(m);
   wspy::bind_subscriber(m);
+  wspy::bind_staged(m);  // after bind_subscriber: InstallResult.pull is a PullResult
 }

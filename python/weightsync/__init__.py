@@ -18,6 +18,11 @@ Engine::
     binding = sub.bind(model)            # the model's own parameters, zero copy
     sub.pull(binding, wait=30)           # the newest version, or None
 
+Engine that never stops generating (a background pull, installed between steps)::
+
+    adapter = weightsync.EngineAdapter(address, model, staged="copy", secret=secret)
+    adapter.install_update()             # between steps: the staged version, or None
+
 Errors are grouped by what to do about them (weightsync.errors); the
 library's log messages go to the ``weightsync`` logger; ``python -m
 weightsync.info`` shows what this build can do here.
@@ -34,13 +39,15 @@ from .errors import (AuthFailed, Busy, CallError, Cancelled, ChecksumMismatch, C
                      VersionRevoked, WeightsyncError)
 from .layout import Layout, TensorInfo
 from .publisher import Publisher, PublishResult, Slot
+from .staged import InstallResult, StagedInstall, StagedUpdates
 from .subscriber import Binding, PullResult, Subscriber
 
 __version__ = _weightsync.version()
 
 __all__ = [
     "Layout", "TensorInfo", "Publisher", "PublishResult", "Slot", "Subscriber", "Binding", "PullResult",
-    "EngineAdapter", "errors", "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError",
+    "StagedUpdates", "InstallResult", "StagedInstall", "EngineAdapter",
+    "errors", "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError",
     "CallError", "Timeout", "NotReady", "VersionRevoked", "ChecksumMismatch", "Busy", "ConnectionLost",
     "ProtocolError", "InternalError", "AuthFailed", "InvalidConfig", "InvalidArgument", "StaleBinding",
     "Cancelled",

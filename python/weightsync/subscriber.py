@@ -31,7 +31,7 @@ class Binding:
     before dropping a binding whose tensors you free (RDMA registrations).
     """
 
-    def __init__(self, subscriber: "Subscriber", plan: "_weightsync._Plan", keep: List[Any],
+    def __init__(self, subscriber: "Subscriber", plan: Optional["_weightsync._Plan"], keep: List[Any],
                  refs: List[TensorRef], tensors: Optional[Dict[str, Any]] = None, module: Any = None):
         self._subscriber = subscriber
         self._plan = plan
@@ -65,7 +65,7 @@ class Binding:
     @property
     def nbytes(self) -> int:
         """Bytes one pull writes."""
-        return self._plan.nbytes
+        return self._plan.nbytes if self._plan is not None else sum(r.nbytes for r in self._refs)
 
     @property
     def tensors(self) -> List[TensorRef]:
@@ -96,6 +96,13 @@ class Binding:
             changed = self._module_guards.check()
             if changed is not None:
                 self._stale(*changed)
+
+    def _repointed(self) -> None:
+        """Takes the tensors' memory now as the bound memory, after the caller re-pointed them
+        on purpose (EngineAdapter, staged swap mode); nothing writes the old memory any more,
+        so the binding stops keeping it alive."""
+        self._addresses = list(map(_data_ptr, self._tensors))
+        self._storages = []
 
     def _stale(self, name: str, why: str) -> None:
         # The memory bound for it may be freed once this binding goes: drop its
@@ -298,17 +305,39 @@ class Subscriber:
             guarded = None if isinstance(keep, memoryview) else {ref.name: keep}  # a memoryview pins its memory
             binding = Binding(self, plan, [keep], [ref], guarded)
         else:
-            keep = dict(_pairs(target))
-            refs = self._layout.match(keep, ordered=False, allow_extra=allow_extra, devices=("cpu", "cuda"))
-            devices = {r.device for r in refs}
-            if len(devices) != 1:
-                raise errors.InvalidArgument("the destination tensors must all be on the CPU or all on CUDA",
-                                             "invalid_argument", "fix_call")
-            plan = self._core.prepare([(r.name, r.address, r.nbytes) for r in refs], devices.pop(), False)
+            keep, refs, device = self._match(target, allow_extra)
+            plan = self._core.prepare([(r.name, r.address, r.nbytes) for r in refs], device, False)
             module = target if _is_module(target) else None
             binding = Binding(self, plan, list(keep.values()), refs, keep, module)
         self._last_binding = binding
         return binding
+
+    def _match(self, target: Any, allow_extra: bool = True) -> Tuple[Dict[str, Any], List[TensorRef], str]:
+        """(name -> tensor, the layout's tensors in order, "cpu" or "cuda") for bind()'s targets."""
+        keep = dict(_pairs(target))
+        refs = self._layout.match(keep, ordered=False, allow_extra=allow_extra, devices=("cpu", "cuda"))
+        devices = {r.device for r in refs}
+        if len(devices) != 1:
+            raise errors.InvalidArgument("the destination tensors must all be on the CPU or all on CUDA",
+                                         "invalid_argument", "fix_call")
+        return keep, refs, devices.pop()
+
+    def _guard(self, target: Any) -> Tuple[Binding, str, bool]:
+        """(binding, device, contiguous) for ``target`` (anything bind() takes), preparing no pull:
+        the binding's _check() guards memory a StagedUpdates copies into or re-points;
+        contiguous: ``target`` is one packed buffer of layout.total_bytes."""
+        single = _single_buffer(target)
+        if single is not None:
+            ref, keep = single
+            if ref.nbytes != self._layout.total_bytes:
+                raise errors.InvalidArgument(
+                    f"a packed destination must be layout.total_bytes = {self._layout.total_bytes} bytes, "
+                    f"not {ref.nbytes}", "invalid_argument", "fix_call")
+            guarded = None if isinstance(keep, memoryview) else {ref.name: keep}
+            return Binding(self, None, [keep], [ref], guarded), ref.device, True
+        keep, refs, device = self._match(target)
+        module = target if _is_module(target) else None
+        return Binding(self, None, list(keep.values()), refs, keep, module), device, False
 
     def pull(self, into: Any = None, *, wait: float = 0.0, newer_than: Optional[int] = None,
              version: Optional[int] = None, delta_base: Optional[int] = None) -> Optional[PullResult]:
@@ -359,17 +388,7 @@ class Subscriber:
         return await self._run_cancellable(self._core.wait_for_version, base, float(timeout))
 
     async def _run_cancellable(self, fn: Any, *args: Any) -> Any:
-        future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The task was cancelled: stop the call on its thread and let it
-            # end before the task does (the subscriber is then free again).
-            self._core.cancel()
-            with contextlib.suppress(Exception):
-                await future
-            self._core._reset_cancel()  # if the call ended before it saw the cancel
-            raise
+        return await run_cancellable(self._core, fn, *args)
 
     def stats(self) -> Dict[str, Any]:
         """Counters: pulls, retries, bytes, registrations, ..."""
@@ -408,6 +427,22 @@ class Subscriber:
             self._last_binding._check()
             return self._last_binding
         return self.bind(into)
+
+
+async def run_cancellable(core: Any, fn: Any, *args: Any) -> Any:
+    """fn(*args) on the event loop's executor; cancelling the task calls
+    core.cancel(), lets the call end, then core._reset_cancel()."""
+    future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # The task was cancelled: stop the call on its thread and let it
+        # end before the task does (the object is then free again).
+        core.cancel()
+        with contextlib.suppress(Exception):
+            await future
+        core._reset_cancel()  # if the call ended before it saw the cancel
+        raise
 
 
 def _is_module(target: Any) -> bool:
