@@ -77,6 +77,7 @@ struct PauseRow {
   std::uint64_t reader_passes = 0;
   // Summaries over the samples (NaN when none).
   double blocked_median_s = 0, blocked_p99_s = 0, blocked_max_s = 0;
+  double call_median_s = 0, call_p99_s = 0, call_max_s = 0;  // the pull() or install() call's wall time
   double pull_median_s = 0, pull_gbps_median = 0, staged_median_s = 0;
   double reader_gbps = 0;  // reader_bytes / window_s
   void summarize();

@@ -1,7 +1,7 @@
 # ctest helper: checks the JSON `weightsync-bench pause` wrote (-DFILE=...,
 # -DEXPECTED_REPS=...): every group that was not skipped has its baselines and
 # the foreground, swap and copy rows, each with EXPECTED_REPS updates, every
-# figure, and the version's marks in the live weights after every update; four
+# figure, and the version's marks in the live weights after every update; six
 # target checks per group, each PASS or FAIL (which one is not asserted: CI
 # machines are loaded), and at least one group measured.
 cmake_minimum_required(VERSION 3.19)
@@ -32,8 +32,8 @@ function(check_row group_name g r)
   if(NOT updates EQUAL ${EXPECTED_REPS} OR NOT samples EQUAL ${EXPECTED_REPS})
     message(FATAL_ERROR "${where}: ${updates} updates, ${samples} samples, expected ${EXPECTED_REPS}")
   endif()
-  foreach(field blocked_s_median blocked_s_p99 blocked_s_max pull_s_median pull_gbps_median reader_gbps
-                reader_of_idle window_s)
+  foreach(field blocked_s_median blocked_s_p99 blocked_s_max call_s_median call_s_p99 call_s_max pull_s_median
+                pull_gbps_median reader_gbps reader_of_idle window_s)
     string(JSON value GET "${json}" groups ${g} rows ${r} ${field})
     expect_positive("${where} ${field}" "${value}" ZERO_OK)
   endforeach()
@@ -88,7 +88,7 @@ if(measured EQUAL 0)
 endif()
 
 string(JSON targets LENGTH "${json}" targets)
-math(EXPR expected_targets "${measured} * 4")
+math(EXPR expected_targets "${measured} * 6")
 if(NOT targets EQUAL expected_targets)
   message(FATAL_ERROR "${targets} target checks, expected ${expected_targets}")
 endif()
