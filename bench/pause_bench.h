@@ -80,6 +80,7 @@ struct PauseRow {
   double call_median_s = 0, call_p99_s = 0, call_max_s = 0;  // the pull() or install() call's wall time
   double pull_median_s = 0, pull_gbps_median = 0, staged_median_s = 0;
   double reader_gbps = 0;  // reader_bytes / window_s
+  double pull_busy = 0;    // the measured pulls' seconds / window_s: how much of the window a pull ran
   void summarize();
 };
 

@@ -142,6 +142,7 @@ Json row_json(const PauseRow& r, double idle_gbps) {
   o["staged_s_median"] = number(r.staged_median_s);
   o["reader_gbps"] = number(r.reader_gbps);
   o["reader_of_idle"] = number(idle_gbps > 0 ? r.reader_gbps / idle_gbps : kNaN);
+  o["pull_busy"] = number(r.pull_busy);
   o["reader_passes"] = r.reader_passes;
   o["reader_bytes"] = r.reader_bytes;
   o["window_s"] = number(r.window_s);
@@ -248,6 +249,9 @@ void PauseRow::summarize() {
   pull_gbps_median = median(pull_gbps);
   staged_median_s = median(staged);
   reader_gbps = window_s > 0 ? static_cast<double>(reader_bytes) / 1e9 / window_s : kNaN;
+  double pulling = 0;
+  for (const PauseSample& s : samples) pulling += s.pull_s;
+  pull_busy = window_s > 0 ? pulling / window_s : kNaN;
 }
 
 const PauseRow* PauseGroup::row(const std::string& name) const {
@@ -274,10 +278,11 @@ void print_pause_table(std::FILE* out, const PauseReport& report, const std::vec
   std::fprintf(
       out,
       "(blocked: InstallResult::blocked_seconds, or the foreground pull() call; call: the wall time of "
-      "the pull() or install() call, taken by the bench)\n");
-  std::fprintf(out, "%-5s %-8s %-10s %3s %11s %11s %11s %11s %11s %9s %10s %8s %7s %10s\n", "tp", "size",
+      "the pull() or install() call, taken by the bench; busy: the share of the reader's window a "
+      "pull ran)\n");
+  std::fprintf(out, "%-5s %-8s %-10s %3s %11s %11s %11s %11s %11s %9s %10s %5s %8s %7s %10s\n", "tp", "size",
                "row", "n", "blocked med", "p99", "max", "call med", "call max", "pull GB/s", "pull med",
-               "reader", "x idle", "staged med");
+               "busy", "reader", "x idle", "staged med");
   for (const PauseGroup& g : report.groups) {
     const std::string size = format_size(g.size_bytes);
     if (!g.error.empty() || !g.skipped.empty()) {
@@ -293,12 +298,13 @@ void print_pause_table(std::FILE* out, const PauseReport& report, const std::vec
         static_cast<unsigned long long>(g.reader_idle_passes));
     for (const PauseRow& r : g.rows) {
       const double of_idle = g.reader_idle_gbps > 0 ? r.reader_gbps / g.reader_idle_gbps : kNaN;
-      std::fprintf(out, "%-5s %-8s %-10s %3zu %11s %11s %11s %11s %11s %9s %10s %8s %7s %10s%s%s\n",
+      std::fprintf(out, "%-5s %-8s %-10s %3zu %11s %11s %11s %11s %11s %9s %10s %5s %8s %7s %10s%s%s\n",
                    g.transport.c_str(), size.c_str(), r.name.c_str(), r.samples.size(),
                    duration_text(r.blocked_median_s).c_str(), duration_text(r.blocked_p99_s).c_str(),
                    duration_text(r.blocked_max_s).c_str(), duration_text(r.call_median_s).c_str(),
                    duration_text(r.call_max_s).c_str(), gbps_text(r.pull_gbps_median).c_str(),
-                   duration_text(r.pull_median_s).c_str(), gbps_text(r.reader_gbps).c_str(),
+                   duration_text(r.pull_median_s).c_str(), percent_text(r.pull_busy).c_str(),
+                   gbps_text(r.reader_gbps).c_str(),
                    std::isfinite(of_idle) ? fmt::format("{:.2f}x", of_idle).c_str() : "-",
                    r.name == "foreground" ? "-" : duration_text(r.staged_median_s).c_str(),
                    r.error.empty() ? "" : "  FAILED: ", r.error.c_str());

@@ -395,6 +395,7 @@ TEST_CASE("bench: pause rows, their targets and JSON, from the figures", "[bench
   CHECK(swap.blocked_max_s == Approx(60e-6));
   CHECK(swap.pull_gbps_median == Approx(static_cast<double>(bytes) / 1e9 / 0.080));
   CHECK(swap.reader_gbps == Approx(6.0));
+  CHECK(swap.pull_busy == Approx(10 * 0.080 / 2.0));
 
   const auto checks = evaluate_pause_targets(report);
   REQUIRE(checks.size() == 6);  // the skipped group has none
