@@ -3,10 +3,13 @@
 // with the row's update step between them (pause_bench.h, pause_engine.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <utility>
 
 #include "pause_engine.h"
@@ -41,6 +44,43 @@ std::string now_iso8601() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+// CPU ticks: the machine's busy ones (user, nice, system), its steal, and this process's.
+struct CpuTicks {
+  double busy = 0, steal = 0, self = 0;
+  Clock::time_point at = Clock::now();
+};
+
+CpuTicks cpu_ticks() {
+  CpuTicks t;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  t.busy = user + nice + system;
+  t.steal = steal;
+  std::ifstream self("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  t.self = utime + stime;
+  return t;
+}
+
+// Cores used by other processes (and kernel threads' system time), and steal, since `start`.
+void other_cpu(const CpuTicks& start, PauseGroup* group) {
+  const CpuTicks end = cpu_ticks();
+  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double wall = std::chrono::duration<double>(end.at - start.at).count();
+  if (wall <= 0 || hz <= 0) return;
+  group->other_cores = std::max(0.0, (end.busy - start.busy) - (end.self - start.self)) / hz / wall;
+  group->steal_cores = (end.steal - start.steal) / hz / wall;
 }
 
 // A HostBuffer with every page written (no first-touch faults in a timing).
@@ -186,6 +226,7 @@ PauseGroup run_group(const std::string& address, PauseTrainer& trainer, const st
   PauseGroup group;
   group.transport = transport;
   group.size_bytes = bytes;
+  const CpuTicks start = cpu_ticks();
   try {
     measure_memcpy_baseline(bytes, config.memcpy_reps, &group);
     weightsync::HostBuffer live = faulted_buffer(bytes, 0);
@@ -206,6 +247,7 @@ PauseGroup run_group(const std::string& address, PauseTrainer& trainer, const st
   } catch (const PauseError& e) {
     group.error = e.what();
   }
+  other_cpu(start, &group);
   return group;
 }
 

@@ -95,6 +95,9 @@ struct PauseGroup {
   double reader_idle_gbps = 0;  // the engine's read rate, no update running
   std::uint64_t reader_idle_passes = 0;
   std::vector<PauseRow> rows;  // foreground, swap, copy
+  // Meanwhile (the group's wall time): CPU of other processes and kernel
+  // threads (user + nice + system ticks minus this process's), and steal, in cores.
+  double other_cores = -1, steal_cores = -1;
   const PauseRow* row(const std::string& name) const;
 };
 

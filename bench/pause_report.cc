@@ -197,6 +197,8 @@ Json report_json(const PauseReport& report, const std::vector<PauseCheck>& check
     o["size_bytes"] = g.size_bytes;
     if (!g.skipped.empty()) o["skipped"] = g.skipped;
     if (!g.error.empty()) o["error"] = g.error;
+    o["other_cpu_cores"] = g.other_cores < 0 ? Json(nullptr) : Json(g.other_cores);
+    o["steal_cores"] = g.steal_cores < 0 ? Json(nullptr) : Json(g.steal_cores);
     o["baselines"] = Json{{"memcpy_s_median", number(g.memcpy_median_s)},
                           {"memcpy_gbps", number(g.memcpy_gbps)},
                           {"memcpy_reps", g.memcpy_reps},
@@ -292,10 +294,12 @@ void print_pause_table(std::FILE* out, const PauseReport& report, const std::vec
       continue;
     }
     std::fprintf(
-        out, "%-5s %-8s baselines: memcpy %s (%s GB/s, median of %d); reader alone %s GB/s (%llu passes)\n",
+        out,
+        "%-5s %-8s baselines: memcpy %s (%s GB/s, median of %d); reader alone %s GB/s (%llu passes); "
+        "meanwhile other processes %.2f cores, steal %.2f\n",
         g.transport.c_str(), size.c_str(), duration_text(g.memcpy_median_s).c_str(),
         gbps_text(g.memcpy_gbps).c_str(), g.memcpy_reps, gbps_text(g.reader_idle_gbps).c_str(),
-        static_cast<unsigned long long>(g.reader_idle_passes));
+        static_cast<unsigned long long>(g.reader_idle_passes), g.other_cores, g.steal_cores);
     for (const PauseRow& r : g.rows) {
       const double of_idle = g.reader_idle_gbps > 0 ? r.reader_gbps / g.reader_idle_gbps : kNaN;
       std::fprintf(out, "%-5s %-8s %-10s %3zu %11s %11s %11s %11s %11s %9s %10s %5s %8s %7s %10s%s%s\n",
