@@ -93,7 +93,7 @@ weightsync::HostBuffer faulted_buffer(std::uint64_t bytes, int fill) {
 
 // The memcpy baseline: between two pre-faulted HostBuffers (the kind the
 // staging and live buffers are), one warm-up, then `reps` timed copies.
-void measure_memcpy_baseline(std::uint64_t bytes, int reps, PauseGroup* group) {
+std::vector<double> memcpy_seconds(std::uint64_t bytes, int reps) {
   weightsync::HostBuffer src = faulted_buffer(bytes, 0x5a), dst = faulted_buffer(bytes, 0);
   std::memcpy(dst.data(), src.data(), bytes);
   std::vector<double> seconds;
@@ -103,23 +103,47 @@ void measure_memcpy_baseline(std::uint64_t bytes, int reps, PauseGroup* group) {
     seconds.push_back(seconds_since(start));
   }
   g_read_sink += static_cast<const unsigned char*>(dst.data())[bytes / 2];
-  group->memcpy_median_s = median(seconds);
-  group->memcpy_gbps = static_cast<double>(bytes) / 1e9 / group->memcpy_median_s;
-  group->memcpy_reps = reps;
+  return seconds;
 }
 
-// The engine's read rate with no update running: at least `passes` passes and `seconds`.
-void measure_idle_reader(const weightsync::HostBuffer& live, const PauseConfig& config, PauseGroup* group) {
+// The engine reading with no update running: at least `idle_passes` passes and `idle_seconds`.
+struct IdleWindow {
+  std::uint64_t bytes = 0, passes = 0;
+  double seconds = 0;
+  double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0.0; }
+};
+
+IdleWindow idle_reader(const weightsync::HostBuffer& live, const PauseConfig& config) {
   read_pass(live.data(), live.size());  // warm-up
   const auto start = Clock::now();
-  std::uint64_t passes = 0;
-  while (passes < static_cast<std::uint64_t>(config.idle_passes) ||
+  IdleWindow w;
+  while (w.passes < static_cast<std::uint64_t>(config.idle_passes) ||
          seconds_since(start) < config.idle_seconds) {
     g_read_sink += read_pass(live.data(), live.size());
-    ++passes;
+    ++w.passes;
   }
-  group->reader_idle_gbps = static_cast<double>(passes * live.size()) / 1e9 / seconds_since(start);
-  group->reader_idle_passes = passes;
+  w.seconds = seconds_since(start);
+  w.bytes = w.passes * live.size();
+  return w;
+}
+
+// The baselines, taken before and after the rows (drift shows as a
+// difference between the two): the memcpy's median over both sets, the
+// reader's rate over both windows.
+void set_baselines(const std::vector<double>& memcpy_before, const std::vector<double>& memcpy_after,
+                   const IdleWindow& idle_before, const IdleWindow& idle_after, PauseGroup* group) {
+  std::vector<double> all = memcpy_before;
+  all.insert(all.end(), memcpy_after.begin(), memcpy_after.end());
+  group->memcpy_median_s = median(all);
+  group->memcpy_before_s = median(memcpy_before);
+  group->memcpy_after_s = median(memcpy_after);
+  group->memcpy_gbps = static_cast<double>(group->size_bytes) / 1e9 / group->memcpy_median_s;
+  group->memcpy_reps = static_cast<int>(all.size());
+  group->reader_idle_gbps = static_cast<double>(idle_before.bytes + idle_after.bytes) / 1e9 /
+                            (idle_before.seconds + idle_after.seconds);
+  group->reader_idle_before_gbps = idle_before.gbps();
+  group->reader_idle_after_gbps = idle_after.gbps();
+  group->reader_idle_passes = idle_before.passes + idle_after.passes;
 }
 
 // One row: warm-up updates, then `reps` measured ones; the engine reads a
@@ -228,11 +252,12 @@ PauseGroup run_group(const std::string& address, PauseTrainer& trainer, const st
   group.size_bytes = bytes;
   const CpuTicks start = cpu_ticks();
   try {
-    measure_memcpy_baseline(bytes, config.memcpy_reps, &group);
+    const std::vector<double> memcpy_before = memcpy_seconds(bytes, config.memcpy_reps);
     weightsync::HostBuffer live = faulted_buffer(bytes, 0);
-    measure_idle_reader(live, config, &group);
-    std::fprintf(stderr, "pause: %s %s baselines: memcpy %.2f GB/s, reader alone %.2f GB/s\n",
-                 transport.c_str(), format_size(bytes).c_str(), group.memcpy_gbps, group.reader_idle_gbps);
+    const IdleWindow idle_before = idle_reader(live, config);
+    std::fprintf(stderr, "pause: %s %s baselines before: memcpy %.2f GB/s, reader alone %.2f GB/s\n",
+                 transport.c_str(), format_size(bytes).c_str(),
+                 static_cast<double>(bytes) / 1e9 / median(memcpy_before), idle_before.gbps());
     const auto timeout = std::chrono::seconds(config.timeout_s);
     add_row(&group, "foreground", trainer, config,
             [&] { return make_foreground_updater(connect(address, transport), live, trainer, timeout); });
@@ -244,6 +269,12 @@ PauseGroup run_group(const std::string& address, PauseTrainer& trainer, const st
       return make_staged_updater(connect(address, transport), weightsync::InstallMode::kCopy, &live,
                                  config.checksum);
     });
+    const IdleWindow idle_after = idle_reader(live, config);
+    const std::vector<double> memcpy_after = memcpy_seconds(bytes, config.memcpy_reps);
+    set_baselines(memcpy_before, memcpy_after, idle_before, idle_after, &group);
+    std::fprintf(stderr, "pause: %s %s baselines after: memcpy %.2f GB/s, reader alone %.2f GB/s\n",
+                 transport.c_str(), format_size(bytes).c_str(),
+                 static_cast<double>(bytes) / 1e9 / median(memcpy_after), idle_after.gbps());
   } catch (const PauseError& e) {
     group.error = e.what();
   }

@@ -49,7 +49,7 @@ struct PauseConfig {
   int interval_ms = 0;   // least time between two publishes (0: as soon as the last was installed)
   int idle_passes = 10;  // reader passes of the no-update baseline (and at least idle_seconds)
   double idle_seconds = 1.0;
-  int memcpy_reps = 10;   // the memcpy baseline's repetitions (after one warm-up)
+  int memcpy_reps = 10;  // timed memcpys of the baseline (after one warm-up), before the rows and again after
   bool checksum = false;  // the publisher hashes each version, pulls verify it
   int timeout_s = 120;    // longest wait for one update
   PauseTargets targets;
@@ -87,12 +87,14 @@ struct PauseRow {
 struct PauseGroup {
   std::string transport;
   std::uint64_t size_bytes = 0;
-  std::string skipped;         // the transport is not built or not viable here (no rows then)
-  std::string error;           // the group could not run (no rows then)
-  double memcpy_median_s = 0;  // the memcpy baseline, median
+  std::string skipped;  // the transport is not built or not viable here (no rows then)
+  std::string error;    // the group could not run (no rows then)
+  // Baselines, each taken before and after the rows: the memcpy's median over
+  // both sets (and each set's), the reader's rate over both windows (and each's).
+  double memcpy_median_s = 0, memcpy_before_s = 0, memcpy_after_s = 0;
   double memcpy_gbps = 0;
   int memcpy_reps = 0;
-  double reader_idle_gbps = 0;  // the engine's read rate, no update running
+  double reader_idle_gbps = 0, reader_idle_before_gbps = 0, reader_idle_after_gbps = 0;
   std::uint64_t reader_idle_passes = 0;
   std::vector<PauseRow> rows;  // foreground, swap, copy
   // Meanwhile (the group's wall time): CPU of other processes and kernel

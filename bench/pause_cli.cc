@@ -36,14 +36,16 @@ PauseCli::PauseCli(CLI::App& app) {
       ->capture_default_str();
   pause_
       ->add_option("--idle-passes", config_.idle_passes,
-                   "Reader passes of the no-update baseline (and at least --idle-seconds)")
+                   "Reader passes of the no-update baseline, before the rows and again after (and at least "
+                   "--idle-seconds)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   pause_->add_option("--idle-seconds", config_.idle_seconds, "Least length of the no-update baseline")
       ->check(CLI::Range(0.0, 600.0))
       ->capture_default_str();
   pause_
-      ->add_option("--memcpy-reps", config_.memcpy_reps, "Timed memcpys of the baseline (after one warm-up)")
+      ->add_option("--memcpy-reps", config_.memcpy_reps,
+                   "Timed memcpys of the baseline (after one warm-up), before the rows and again after")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   pause_->add_flag("--checksum", config_.checksum,

@@ -200,9 +200,13 @@ Json report_json(const PauseReport& report, const std::vector<PauseCheck>& check
     o["other_cpu_cores"] = g.other_cores < 0 ? Json(nullptr) : Json(g.other_cores);
     o["steal_cores"] = g.steal_cores < 0 ? Json(nullptr) : Json(g.steal_cores);
     o["baselines"] = Json{{"memcpy_s_median", number(g.memcpy_median_s)},
+                          {"memcpy_s_median_before", number(g.memcpy_before_s)},
+                          {"memcpy_s_median_after", number(g.memcpy_after_s)},
                           {"memcpy_gbps", number(g.memcpy_gbps)},
                           {"memcpy_reps", g.memcpy_reps},
                           {"reader_idle_gbps", number(g.reader_idle_gbps)},
+                          {"reader_idle_gbps_before", number(g.reader_idle_before_gbps)},
+                          {"reader_idle_gbps_after", number(g.reader_idle_after_gbps)},
                           {"reader_idle_passes", g.reader_idle_passes}};
     Json rows = Json::array();
     for (const PauseRow& r : g.rows) rows.push_back(row_json(r, g.reader_idle_gbps));
@@ -295,11 +299,13 @@ void print_pause_table(std::FILE* out, const PauseReport& report, const std::vec
     }
     std::fprintf(
         out,
-        "%-5s %-8s baselines: memcpy %s (%s GB/s, median of %d); reader alone %s GB/s (%llu passes); "
-        "meanwhile other processes %.2f cores, steal %.2f\n",
+        "%-5s %-8s baselines: memcpy %s (%s GB/s, median of %d; before %s, after %s); reader alone %s "
+        "GB/s (%llu passes; before %s, after %s); meanwhile other processes %.2f cores, steal %.2f\n",
         g.transport.c_str(), size.c_str(), duration_text(g.memcpy_median_s).c_str(),
-        gbps_text(g.memcpy_gbps).c_str(), g.memcpy_reps, gbps_text(g.reader_idle_gbps).c_str(),
-        static_cast<unsigned long long>(g.reader_idle_passes), g.other_cores, g.steal_cores);
+        gbps_text(g.memcpy_gbps).c_str(), g.memcpy_reps, duration_text(g.memcpy_before_s).c_str(),
+        duration_text(g.memcpy_after_s).c_str(), gbps_text(g.reader_idle_gbps).c_str(),
+        static_cast<unsigned long long>(g.reader_idle_passes), gbps_text(g.reader_idle_before_gbps).c_str(),
+        gbps_text(g.reader_idle_after_gbps).c_str(), g.other_cores, g.steal_cores);
     for (const PauseRow& r : g.rows) {
       const double of_idle = g.reader_idle_gbps > 0 ? r.reader_gbps / g.reader_idle_gbps : kNaN;
       std::fprintf(out, "%-5s %-8s %-10s %3zu %11s %11s %11s %11s %11s %9s %10s %5s %8s %7s %10s%s%s\n",
