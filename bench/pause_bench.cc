@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "pause_engine.h"
@@ -161,10 +162,14 @@ PauseRow run_row(const std::string& name, Updater& updater, PauseTrainer& traine
       const auto deadline = Clock::now() + std::chrono::seconds(config.timeout_s);
       PauseSample sample;
       for (;;) {
-        g_read_sink += read_pass(updater.live(), bytes);
-        if (measured) {
-          row.reader_bytes += bytes;
-          ++row.reader_passes;
+        if (const void* live = updater.live(); live != nullptr) {
+          g_read_sink += read_pass(live, bytes);
+          if (measured) {
+            row.reader_bytes += bytes;
+            ++row.reader_passes;
+          }
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));  // no weights yet
         }
         if (updater.try_update(&sample)) break;
         if (std::string why = trainer.error(); !why.empty()) throw PauseError(why);

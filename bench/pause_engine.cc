@@ -170,7 +170,9 @@ class StagedUpdater : public Updater {
     auto staged = weightsync::StagedUpdates::create(std::move(subscriber), std::move(options));
     if (!staged.ok()) throw PauseError("StagedUpdates::create: " + staged.status().to_string());
     staged_ = std::move(*staged);
-    live_ = mode == weightsync::InstallMode::kCopy ? live->data() : staged_->live_data();
+    // kSwap: no weights to read before the first install (an engine starts
+    // from it; reading the never-written buffer would only map zero pages).
+    if (mode == weightsync::InstallMode::kCopy) live_ = live->data();
   }
   const void* live() const override { return live_; }
 

@@ -73,7 +73,7 @@ std::uint64_t read_pass(const void* data, std::size_t bytes);
 class Updater {
  public:
   virtual ~Updater() = default;
-  // The buffer the engine reads now.
+  // The buffer the engine reads now (nullptr: none yet, the first update makes one).
   virtual const void* live() const = 0;
   // Takes an update if one is ready (filling *sample): true; else false.
   virtual bool try_update(PauseSample* sample) = 0;
