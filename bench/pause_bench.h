@@ -16,10 +16,12 @@
 //               install() swaps the pointers (blocked = blocked_seconds)
 //   copy        StagedUpdates kCopy into a fixed contiguous live buffer:
 //               install() copies the staged bytes (blocked = blocked_seconds)
-// beside the baselines of the same run: a memcpy of the same bytes (between
-// two pre-faulted HostBuffers) and the engine's read rate with no update
-// running. The targets of issue 32 are checked per transport and size
-// (evaluate_pause_targets). GB = 10^9 bytes.
+// beside the baselines of the same run, each taken before the rows and again
+// after: a memcpy of the same bytes (between two pre-faulted HostBuffers) and
+// the engine's read rate with no update running. Each row also has the wall
+// time of every pull() or install() call as the bench timed it, and each group
+// the CPU other processes used meanwhile. The targets of issue 32 are checked
+// per transport and size (evaluate_pause_targets). GB = 10^9 bytes.
 //
 // Contract: run_pause() runs on the calling thread and starts (and always
 // joins) the trainer thread and the library's threads; it never throws: a
