@@ -8,6 +8,8 @@
 //   weightsync-bench fanout [opts]             time-to-all-generators across test-bed hosts (fanout.h)
 //   weightsync-bench sharded [opts]            R publishers x T readers (sharded sync) beside one
 //                                              publisher of the same bytes, same run (sharded.h)
+//   weightsync-bench pause [opts]              the engine's pause per update: foreground pull vs
+//                                              StagedUpdates swap and copy, same run (pause_bench.h)
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -26,6 +28,7 @@
 #include "fanout_cli.h"
 #include "gpu_rows.h"
 #include "line_stream.h"
+#include "pause_cli.h"
 #include "report.h"
 #include "roles.h"
 #include "sharded.h"
@@ -103,7 +106,8 @@ int main(int argc, char** argv) try {
       "machine (memcpy, raw TCP, iperf3, ucx_perftest, a checkpoint file) measured in the same run; with a "
       "CUDA "
       "device, the GPU rows beside pinned D2H / H2D and D2D cudaMemcpy (--gpu). `sharded`: R publishers x T "
-      "readers beside a single publisher of the same bytes.\n"
+      "readers beside a single publisher of the same bytes. `pause`: the engine's pause per update, "
+      "foreground pull vs StagedUpdates swap and copy.\n"
       "GB = 10^9 bytes. Figures are medians over --reps pulls per reader after a warm-up."};
   app.require_subcommand(0, 1);
 
@@ -201,6 +205,8 @@ int main(int argc, char** argv) try {
   wsbench::FanoutCli fanout(app);
   // `sharded` (R publishers x T readers) and its roles: sharded.h.
   wsbench::ShardedCli sharded(app);
+  // `pause` (the engine's pause per update): pause_cli.h.
+  wsbench::PauseCli pause(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -218,6 +224,7 @@ int main(int argc, char** argv) try {
     for (int i = 0; i < argc; ++i) command << (i ? " " : "") << argv[i];
     if (auto rc = fanout.run(self_executable(), command.str())) return *rc;
     if (auto rc = sharded.run(self_executable(), command.str())) return *rc;
+    if (auto rc = pause.run(command.str())) return *rc;
   }
   if (*replot) {
     wsbench::BenchReport loaded;

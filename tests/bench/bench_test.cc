@@ -1,10 +1,12 @@
 // weightsync-bench's own logic: statistics, size formatting, the image marks
 // readers check, the target verdicts, the JSON/CSV it writes, and the GPU
-// rows (--gpu, which rows, their limits, their targets and JSON).
+// rows (--gpu, which rows, their limits, their targets and JSON), and the
+// pause mode's summaries, targets and JSON.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "gpu_rows.h"
+#include "pause_bench.h"
 #include "records.h"
 #include "report.h"
 #include "roles.h"
@@ -337,5 +340,101 @@ TEST_CASE("bench: GPU rows not measured say why, in the targets and the JSON", "
   CHECK(gpu["limits"]["notes"]["h2d_pinned"] == "not measured: no CUDA driver");
   CHECK(json["records"].size() == 1);  // the host rows stay apart
   std::remove((dir + "/out.json").c_str());
+  ::rmdir(dir.c_str());
+}
+
+namespace {
+
+// A pause row of `n` updates, each blocked `blocked_s`, pulling `bytes` in `pull_s`.
+PauseRow pause_row(const std::string& name, int n, double blocked_s, std::uint64_t bytes, double pull_s,
+                   double reader_gbps) {
+  PauseRow r;
+  r.name = name;
+  for (int i = 0; i < n; ++i) {
+    PauseSample s;
+    s.version = static_cast<std::uint64_t>(i + 10);
+    s.blocked_s = blocked_s * (i == n - 1 ? 3.0 : 1.0);  // one slow update: the max and p99
+    s.call_s = std::max(s.blocked_s, 1e-3);
+    s.pull_s = pull_s;
+    s.pull_bytes = bytes;
+    s.marks_ok = true;
+    r.samples.push_back(s);
+  }
+  r.window_s = 2.0;
+  r.reader_bytes = static_cast<std::uint64_t>(reader_gbps * 1e9 * r.window_s);
+  r.summarize();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("bench: pause rows, their targets and JSON, from the figures", "[bench][pause]") {
+  PauseReport report;
+  report.config.reps = 10;
+  PauseGroup g;
+  g.transport = "shm";
+  g.size_bytes = 256 * kMiB;
+  g.memcpy_median_s = 0.040;
+  g.memcpy_gbps = 6.7;
+  g.reader_idle_gbps = 10.0;
+  const std::uint64_t bytes = 256 * kMiB;
+  g.rows.push_back(pause_row("foreground", 10, 0.050, bytes, 0.050, 3.0));
+  g.rows.push_back(
+      pause_row("swap", 10, 20e-6, bytes, 0.080, 6.0));  // 0.04% of 50 ms; 0.625x pull; 0.6x reader
+  g.rows.push_back(pause_row("copy", 10, 0.060, bytes, 0.050, 5.0));  // 1.5x memcpy
+  report.groups.push_back(g);
+  PauseGroup skipped;
+  skipped.transport = "ucx";
+  skipped.size_bytes = 256 * kMiB;
+  skipped.skipped = "not built";
+  report.groups.push_back(skipped);
+
+  const PauseRow& swap = report.groups[0].rows[1];
+  CHECK(swap.blocked_median_s == Approx(20e-6));
+  CHECK(swap.blocked_p99_s == Approx(60e-6));  // nearest rank: the largest of 10
+  CHECK(swap.blocked_max_s == Approx(60e-6));
+  CHECK(swap.pull_gbps_median == Approx(static_cast<double>(bytes) / 1e9 / 0.080));
+  CHECK(swap.reader_gbps == Approx(6.0));
+  CHECK(swap.pull_busy == Approx(10 * 0.080 / 2.0));
+
+  const auto checks = evaluate_pause_targets(report);
+  REQUIRE(checks.size() == 6);  // the skipped group has none
+  auto verdict = [&](const std::string& name) {
+    for (const auto& c : checks)
+      if (c.name == name) return c.verdict;
+    return std::string("absent");
+  };
+  CHECK(verdict("swap pause") == "PASS");
+  CHECK(verdict("copy pause") == "FAIL");
+  CHECK(verdict("swap pause, install() wall") == "FAIL");  // the call took 1 ms: 2% of 50 ms
+  CHECK(verdict("copy pause, install() wall") == "FAIL");
+  CHECK(verdict("background pull") == "FAIL");
+  CHECK(verdict("reader during updates") == "FAIL");
+
+  report.groups[0].rows[2].error = "install: broken";
+  const auto without_copy = evaluate_pause_targets(report);
+  REQUIRE(without_copy[1].name == "copy pause");
+  CHECK(without_copy[1].verdict == "not measured");
+  CHECK_THAT(without_copy[1].measured, Catch::Contains("install: broken"));
+
+  char dir_template[] = "/tmp/ws-bench-pause-test-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  std::string error;
+  REQUIRE(write_pause_json(dir + "/pause.json", report, checks, &error));
+  const auto json = nlohmann::json::parse(slurp(dir + "/pause.json"));
+  CHECK(json["bench"] == "pause");
+  REQUIRE(json["groups"].size() == 2);
+  CHECK(json["groups"][1]["skipped"] == "not built");
+  const auto& rows = json["groups"][0]["rows"];
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1]["name"] == "swap");
+  CHECK(rows[1]["updates"] == 10);
+  CHECK(rows[1]["samples"].size() == 10);
+  CHECK(rows[1]["reader_of_idle"].get<double>() == Approx(0.6));
+  CHECK(rows[1]["call_s_median"].get<double>() == Approx(1e-3));
+  CHECK(json["targets"].size() == 6);
+  CHECK(json["targets_passed"] == 1);
+  CHECK(json["targets_failed"] == 5);
+  std::remove((dir + "/pause.json").c_str());
   ::rmdir(dir.c_str());
 }
