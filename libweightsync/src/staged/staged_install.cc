@@ -33,6 +33,11 @@ Result<InstallResult> StagedUpdates::Impl::install(std::optional<std::uint64_t> 
   InstallResult out;
   {
     std::lock_guard<std::mutex> lock(mu);
+    if (installing) {
+      ++counters.not_ready;
+      return Status(ErrorCode::kNotReady, "another install() is copying version " +
+                                              std::to_string(ready ? ready->pull.version : 0) + " in");
+    }
     if (!ready || (version && ready->pull.version != *version)) {
       ++counters.not_ready;
       std::string why = nothing_staged();
@@ -49,20 +54,30 @@ Result<InstallResult> StagedUpdates::Impl::install(std::optional<std::uint64_t> 
     if (options.mode == InstallMode::kSwap) {
       live_index.store(1 - live_index.load());
       staging_holds = out.previous;  // the old live buffers, untouched by the engine
+      live_version.store(out.version);
+      ready.reset();
+      requested.reset();
+      ++counters.installs;
     } else {
-      for (std::size_t m = 0; m < areas.size(); ++m) {
-        if (Status s = areas[m].copy_to_live(); !s.ok()) {
-          ready.reset();
-          live_version.store(0);  // neither version: the copy stopped part-way
-          last_failure = s;
-          changed.notify_all();
-          return s;
-        }
-      }
+      installing = true;  // the worker keeps off the staging buffer until the copy is done
+    }
+  }
+  if (options.mode == InstallMode::kCopy) {
+    // Outside the lock: staged_version(), stats() and the rest answer meanwhile.
+    Status copied;
+    for (std::size_t m = 0; m < areas.size() && copied.ok(); ++m) copied = areas[m].copy_to_live();
+    std::lock_guard<std::mutex> lock(mu);
+    installing = false;
+    // What stage() or discard() changed meanwhile stays changed.
+    if (ready && ready->pull.version == out.version) ready.reset();
+    if (requested == out.version) requested.reset();
+    if (!copied.ok()) {
+      live_version.store(0);  // neither version: the copy stopped part-way
+      last_failure = copied;
+      changed.notify_all();
+      return copied;
     }
     live_version.store(out.version);
-    ready.reset();
-    requested.reset();
     ++counters.installs;
   }
   // Outside the lock: the woken thread does not wait for this one to let go.

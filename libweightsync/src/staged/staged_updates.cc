@@ -61,7 +61,8 @@ void StagedUpdates::Impl::run() {
 
 bool StagedUpdates::Impl::pull_once(std::unique_lock<std::mutex>& lock) {
   changed.wait(lock, [&] {
-    return stopping || (!ready && (!options.pull_on_request || (requested && request_failed.ok())));
+    return stopping ||
+           (!ready && !installing && (!options.pull_on_request || (requested && request_failed.ok())));
   });
   if (stopping) return false;
   const std::size_t target = staging_index();

@@ -9,8 +9,9 @@
 // - Buffers: every member has a staging area. In kSwap mode buffer
 //   `live_index` of each is the engine's and the other the staging one; in
 //   kCopy mode buffer 0 is the staging one. The worker writes only staging
-//   buffers, and only while nothing is staged (`ready` empty); install()
-//   moves `ready` to live and empties it.
+//   buffers, and only while nothing is staged (`ready` empty) and no kCopy
+//   install is copying out of them (`installing`); install() moves `ready`
+//   to live and empties it.
 #pragma once
 
 #include <atomic>
@@ -77,6 +78,7 @@ class StagedUpdates::Impl {
   Status request_failed;                   // why `requested` cannot be staged
   std::uint64_t staging_holds = 0;         // the version the staging buffers hold whole (0: none known)
   bool pulling = false;
+  bool installing = false;  // kCopy: install() is copying out of the staging buffers, unlocked
   bool stopping = false;
   bool skip_to_newest = false;  // every_version: the next version was gone; take the newest once
   Status stopped;               // the worker's error once it stopped
