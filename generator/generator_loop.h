@@ -20,9 +20,11 @@
 //   finishes under the new weights with its KV cache kept, and every token
 //   records the version it was sampled with (Trajectory::token_versions). A
 //   group's version_start is its oldest token's version: staleness counts a
-//   trajectory by its oldest token. A lost trainer is reconnected while the
-//   installed version keeps generating. Sync mode and a narrowed wire keep the
-//   round-boundary pulls below.
+//   trajectory by its oldest token. A trainer lost mid-round stops nothing:
+//   the round finishes on the installed version, and the next round first
+//   reconnects (below), then takes that trainer's newest version, even an
+//   older one (a trainer resumed from a checkpoint). Sync mode and a narrowed
+//   wire keep the round-boundary pulls below.
 // - Faults: a lost trainer (the Subscriber's sticky error) is answered by
 //   connecting again, for up to trainer_timeout; a new connection takes the
 //   newest version the (restarted) trainer offers. After a failed pull

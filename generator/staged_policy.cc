@@ -84,7 +84,9 @@ policy::StepHook StagedPolicy::hook() {
 }
 
 weightsync::Status StagedPolicy::reconnect(std::unique_ptr<weightsync::Subscriber> subscriber) {
-  return staged_->reconnect(std::move(subscriber));
+  // A restarted trainer republishes from its checkpoint's version, which may
+  // be older than the live one: take its newest, as a new connection does.
+  return staged_->reconnect(std::move(subscriber), /*accept_older=*/true);
 }
 
 void StagedPolicy::log_install(const weightsync::InstallResult& installed, double end) {

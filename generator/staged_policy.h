@@ -22,7 +22,9 @@
 //   round, or sync-like waits) and installs it.
 // - A failed background pull never reaches the live weights: generation goes
 //   on with the version installed. A lost connection shows in status();
-//   reconnect() brings a new Subscriber while the live version keeps serving.
+//   reconnect() brings a new Subscriber (the generator's loop calls it at a
+//   round boundary) and the next version installed is that trainer's newest,
+//   even one older than the live version (a trainer resumed from a checkpoint).
 // - Threads: the generator's thread for everything; StagedUpdates runs its
 //   own background pull thread.
 #pragma once

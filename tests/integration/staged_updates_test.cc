@@ -529,4 +529,25 @@ TEST_CASE("staged updates: reconnect keeps the live version serving and resumes 
   InstallResult r = install_version(*staged, 5);
   CHECK(r.previous == 1);
   CHECK(image_mismatch(layout, staged->live_data(), 5) == -1);
+
+  // A source behind the live version (a trainer resumed from a checkpoint):
+  // by default only a newer version is staged; with accept_older its newest is.
+  restarted.reset();
+  REQUIRE_FALSE(staged->wait_staged(std::chrono::milliseconds(10000)).ok());
+  auto behind = make_publisher(layout);
+  publish_version(*behind, 3);
+  REQUIRE(staged->reconnect(connect(behind->address())).ok());
+  auto none = staged->wait_staged(std::chrono::milliseconds(400));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == ErrorCode::kTimeout);
+  REQUIRE(staged->reconnect(connect(behind->address()), /*accept_older=*/true).ok());
+  auto older = staged->wait_staged(std::chrono::milliseconds(5000));
+  REQUIRE(older.ok());
+  CHECK(*older == 3);
+  auto back = staged->install();
+  REQUIRE(back.ok());
+  CHECK(back->previous == 5);
+  CHECK(image_mismatch(layout, staged->live_data(), 3) == -1);
+  publish_version(*behind, 4);  // and from there on, newer versions as usual
+  CHECK(install_version(*staged, 4).version == 4);
 }

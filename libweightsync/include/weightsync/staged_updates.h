@@ -223,11 +223,14 @@ class StagedUpdates {
   // source (a relay, a restarted trainer): replaces the source with a new
   // connection serving the same layout(s), keeping the buffers and the live
   // version, so the engine serves on while it reconnects. Anything staged is
-  // dropped; the next pull is a full one. kInvalidArgument for another
-  // layout or another kind of source (a Subscriber for a group's), and the
-  // errors of create(); the old source is kept then.
-  Status reconnect(std::unique_ptr<Subscriber> subscriber);
-  Status reconnect(std::unique_ptr<SubscriberGroup> group);
+  // dropped; the next pull is a full one. accept_older: the next version
+  // staged is the new source's newest even when it is older than the live
+  // one (a trainer restarted from a checkpoint republishes from its
+  // checkpoint's version); false: only a newer one is staged. kInvalidArgument
+  // for another layout or another kind of source (a Subscriber for a
+  // group's), and the errors of create(); the old source is kept then.
+  Status reconnect(std::unique_ptr<Subscriber> subscriber, bool accept_older = false);
+  Status reconnect(std::unique_ptr<SubscriberGroup> group, bool accept_older = false);
 
   // OK while the background thread runs; its error once it stopped.
   Status status() const;

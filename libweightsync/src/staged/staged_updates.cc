@@ -39,6 +39,8 @@ detail::SourcePull StagedUpdates::Impl::next_request() const {
   const std::uint64_t live = live_version.load();
   if (options.pull_on_request) {
     request.version = *requested;
+  } else if (accept_older) {
+    request.newer_than = 0;  // the new source's newest, even an older one than the live
   } else if (options.every_version && !skip_to_newest && live > 0) {
     request.version = live + 1;
   } else {
@@ -82,6 +84,7 @@ bool StagedUpdates::Impl::pull_once(std::unique_lock<std::mutex>& lock) {
   subscriber_stats = now_stats;
   if (result.ok()) {
     staging_holds = result->version;
+    accept_older = false;
     ++counters.staged;
     counters.pull_seconds += result->seconds;
     // A request changed during the pull (stage() of another version): this one is not wanted.
@@ -154,7 +157,7 @@ Result<std::vector<std::vector<PullPlan>>> StagedUpdates::Impl::make_plans(detai
   return made;
 }
 
-Status StagedUpdates::Impl::replace_source(std::unique_ptr<detail::PullSource> next) {
+Status StagedUpdates::Impl::replace_source(std::unique_ptr<detail::PullSource> next, bool take_older) {
   if (Status s = next->status(); !s.ok()) return s;
   if (next->members() != areas.size()) {
     return Status(ErrorCode::kInvalidArgument, "the new source has " + std::to_string(next->members()) +
@@ -186,6 +189,7 @@ Status StagedUpdates::Impl::replace_source(std::unique_ptr<detail::PullSource> n
     request_failed = Status();
     staging_holds = 0;
     pulling = false;
+    accept_older = take_older;
   }
   cancel.reset();
   start();
@@ -243,21 +247,21 @@ Result<std::unique_ptr<StagedUpdates>> StagedUpdates::create(std::unique_ptr<Sub
   return std::unique_ptr<StagedUpdates>(new StagedUpdates(std::move(*impl)));
 }
 
-Status StagedUpdates::reconnect(std::unique_ptr<Subscriber> subscriber) {
+Status StagedUpdates::reconnect(std::unique_ptr<Subscriber> subscriber, bool accept_older) {
   if (!subscriber) return Status(ErrorCode::kInvalidArgument, "reconnect needs a connected Subscriber");
   if (impl_->source->is_group()) {
     return Status(ErrorCode::kInvalidArgument,
                   "these staged updates pull from a SubscriberGroup: reconnect one");
   }
-  return impl_->replace_source(detail::subscriber_source(std::move(subscriber)));
+  return impl_->replace_source(detail::subscriber_source(std::move(subscriber)), accept_older);
 }
 
-Status StagedUpdates::reconnect(std::unique_ptr<SubscriberGroup> group) {
+Status StagedUpdates::reconnect(std::unique_ptr<SubscriberGroup> group, bool accept_older) {
   if (!group) return Status(ErrorCode::kInvalidArgument, "reconnect needs a connected SubscriberGroup");
   if (!impl_->source->is_group()) {
     return Status(ErrorCode::kInvalidArgument, "these staged updates pull from a Subscriber: reconnect one");
   }
-  return impl_->replace_source(detail::group_source(std::move(group)));
+  return impl_->replace_source(detail::group_source(std::move(group)), accept_older);
 }
 
 StagedUpdates::StagedUpdates(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

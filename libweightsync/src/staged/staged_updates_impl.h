@@ -43,7 +43,7 @@ class StagedUpdates::Impl {
   // Plans for every buffer of every member, made with `with` (a new source).
   Result<std::vector<std::vector<PullPlan>>> make_plans(detail::PullSource& with) const;
   // Stops the worker, swaps in `next` and its plans, starts the worker again.
-  Status replace_source(std::unique_ptr<detail::PullSource> next);
+  Status replace_source(std::unique_ptr<detail::PullSource> next, bool accept_older);
   void start() {
     worker = std::thread([this] { run(); });
   }
@@ -81,6 +81,7 @@ class StagedUpdates::Impl {
   bool installing = false;  // kCopy: install() is copying out of the staging buffers, unlocked
   bool stopping = false;
   bool skip_to_newest = false;  // every_version: the next version was gone; take the newest once
+  bool accept_older = false;    // after reconnect(accept_older): the source's newest, whatever it is, once
   Status stopped;               // the worker's error once it stopped
   Status last_failure;
   StagedUpdatesStats counters;  // blocked and subscriber filled in by stats()
