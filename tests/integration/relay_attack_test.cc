@@ -60,15 +60,6 @@ RelayOptions attack_relay_options(std::vector<std::string> upstreams, bool pipel
   return o;
 }
 
-void publish_pattern_version(Publisher& publisher, std::uint64_t version) {
-  auto writer = publisher.begin_publish(version);
-  REQUIRE(writer.ok());
-  for (const auto& t : publisher.layout().tensors()) {
-    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
-  }
-  REQUIRE(writer->commit().ok());
-}
-
 std::int64_t pattern_mismatch(const WeightLayout& layout, const std::vector<char>& image, std::uint64_t version) {
   for (const auto& t : layout.tensors()) {
     auto bad = find_mismatch(image.data() + t.offset, t.bytes, version, t.offset);
@@ -94,7 +85,7 @@ std::vector<double> forward_times(Publisher& trainer, const std::string& relay_a
   std::vector<double> times;
   for (std::uint64_t v = first; v <= last; ++v) {
     const auto t0 = std::chrono::steady_clock::now();
-    publish_pattern_version(trainer, v);
+    publish_pattern(trainer, v);
     PullOptions pull;
     pull.newer_than = v - 1;
     pull.wait = std::chrono::milliseconds(5000);
@@ -177,7 +168,7 @@ TEST_CASE("relay attack: a relay whose forwarding stopped tells its leaves inste
   REQUIRE(leaf.ok());
   std::vector<char> image(layout.total_bytes());
   REQUIRE((*leaf)->pull(Destination::contiguous(image.data(), image.size())).ok());
-  publish_pattern_version(*trainer, 2);
+  publish_pattern(*trainer, 2);
   // The leaf waits for something newer than version 1: it must learn, well
   // before its wait ends, that no newer version will come from this relay.
   PullOptions pull;

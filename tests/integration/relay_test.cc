@@ -27,6 +27,7 @@
 #include "common/checksum.h"
 #include "net/socket.h"
 #include "patterns.h"
+#include "peers.h"
 #include "publisher/publisher_core.h"
 #include "raw_peer.h"
 #include "tcp_proxy.h"
@@ -97,17 +98,8 @@ std::unique_ptr<Subscriber> connect_leaf(const std::string& address, int io_time
   return std::move(*sub);
 }
 
-void publish_version(Publisher& publisher, std::uint64_t version) {
-  auto writer = publisher.begin_publish(version);
-  REQUIRE(writer.ok());
-  for (const auto& t : publisher.layout().tensors()) {
-    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
-  }
-  REQUIRE(writer->commit().ok());
-}
-
-// The same through a relay's publisher core (detail::PublisherCore).
-void publish_version(detail::PublisherCore& core, std::uint64_t version) {
+// publish_pattern through a relay's publisher core (detail::PublisherCore).
+void forward_pattern(detail::PublisherCore& core, std::uint64_t version) {
   auto writer = core.begin_forwarding(version);
   REQUIRE(writer.ok());
   for (const auto& t : core.layout.tensors()) {
@@ -185,7 +177,7 @@ TEST_CASE("relay: a depth-2 tree delivers every version bit-exact with the train
 
   constexpr std::uint64_t kVersions = 4;
   for (std::uint64_t version = 1; version <= kVersions; ++version) {
-    publish_version(**trainer, version);
+    publish_pattern(**trainer, version);
     const std::uint64_t expected = pattern_checksum(layout, version);
     for (std::size_t i = 0; i < leaves.size(); ++i) {
       INFO("leaf " << i << " version " << version);
@@ -230,7 +222,7 @@ TEST_CASE("relay: forwards the trainer's checksum, so a byte the relay corrupts 
   REQUIRE(sub.ok());
   leaf.sub = std::move(*sub);
 
-  publish_version(**trainer, 1);
+  publish_pattern(**trainer, 1);
   REQUIRE(relay->wait_for_version(0, std::chrono::seconds(10)).ok());
   auto pulled = pull_into(leaf);
   // Had the relay hashed its own (corrupt) copy, this pull would succeed.
@@ -256,7 +248,7 @@ TEST_CASE("relay: a SIGKILLed relay fails its leaves within the timeout and rela
   Leaf on_a = make_leaf(*a_address, layout);
   Leaf on_c = make_leaf(c->address(), layout);
 
-  publish_version(**trainer, 1);
+  publish_pattern(**trainer, 1);
   REQUIRE(pull_into(on_a).ok());
   REQUIRE(pull_into(on_c).ok());
   CHECK(mismatch(layout, on_c.buffer.data(), 1) == -1);
@@ -265,7 +257,7 @@ TEST_CASE("relay: a SIGKILLed relay fails its leaves within the timeout and rela
 
   a.signal(SIGKILL);
   REQUIRE(a.wait(std::chrono::seconds(5)).has_value());
-  publish_version(**trainer, 2);
+  publish_pattern(**trainer, 2);
 
   // The leaf of the dead relay: a clear error, within its timeout.
   const auto t0 = std::chrono::steady_clock::now();
@@ -329,7 +321,7 @@ TEST_CASE("relay: version numbers kept, strictly increasing, only whole verified
   // Versions 10, 20, ...: the relay must keep the trainer's numbers.
   std::vector<std::uint64_t> seen;
   for (std::uint64_t version = 10; version <= 80; version += 10) {
-    publish_version(**trainer, version);
+    publish_pattern(**trainer, version);
     if (version % 20 == 0) {
       auto pulled = pull_into(leaf);
       INFO(pulled.status().to_string());
@@ -362,7 +354,7 @@ TEST_CASE("relay: a slow leaf does not stall the relay (its lease is revoked, as
   auto buffer = HostBuffer::allocate(layout.total_bytes());
   REQUIRE(buffer.ok());
 
-  publish_version(**trainer, 1);
+  publish_pattern(**trainer, 1);
   REQUIRE(relay->wait_for_version(0, std::chrono::seconds(10)).ok());
   std::atomic<bool> hold{true};
   std::atomic<bool> started{false};
@@ -388,7 +380,7 @@ TEST_CASE("relay: a slow leaf does not stall the relay (its lease is revoked, as
   // The leaf holds version 1's slot; the relay keeps forwarding anyway.
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint64_t version = 2; version <= 4; ++version) {
-    publish_version(**trainer, version);
+    publish_pattern(**trainer, version);
     auto got = relay->wait_for_version(version - 1, std::chrono::seconds(5));
     INFO(got.status().to_string());
     REQUIRE(got.ok());
@@ -420,7 +412,7 @@ TEST_CASE("relay: connect_any skips a dead source and takes the next", "[relay]"
   auto sub = Subscriber::connect_any({dead, relay->address()}, leaf_options());
   INFO(sub.status().to_string());
   REQUIRE(sub.ok());
-  publish_version(**trainer, 1);
+  publish_pattern(**trainer, 1);
   auto buffer = HostBuffer::allocate(layout.total_bytes());
   REQUIRE(buffer.ok());
   PullOptions wait;
@@ -584,7 +576,7 @@ TEST_CASE("relay: a pipelined chain of 4 streams each version through before the
   REQUIRE(leaf.ok());
   for (std::uint64_t v = 1; v <= 3; ++v) {
     const auto t0 = Clock::now();
-    publish_version(**trainer, v);
+    publish_pattern(**trainer, v);
     std::optional<Clock::time_point> first_byte;
     PullOptions pull;
     pull.wait = std::chrono::seconds(20);
@@ -666,7 +658,7 @@ TEST_CASE("relay: an abandoned in-progress version is retried by its streaming r
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   writer.reset();  // abandoned (the relay's upstream failed)
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  publish_version(*pub, 1);  // the same version, whole this time
+  forward_pattern(*pub, 1);  // the same version, whole this time
   reader.join();
   INFO(pulled.status().to_string());
   REQUIRE(pulled.ok());
@@ -704,7 +696,7 @@ TEST_CASE(
   REQUIRE(buffer.ok());
   auto leaf = Subscriber::connect(r2->address(), streaming_leaf_options());
   REQUIRE(leaf.ok());
-  publish_version(**trainer, 1);
+  publish_pattern(**trainer, 1);
   PullOptions pull;
   pull.wait = std::chrono::seconds(20);
   auto pulled = (*leaf)->pull(Destination::contiguous(buffer->data(), buffer->size()), pull);
@@ -795,7 +787,7 @@ TEST_CASE("relay: a plain subscriber never sees an in-progress version", "[relay
   using namespace weightsync::detail;
   const auto layout = bytes_layout(1u << 20, 2);
   auto publisher = make_core(layout, trainer_options());
-  publish_version(*publisher, 1);
+  forward_pattern(*publisher, 1);
   auto w = publisher->begin_forwarding(2);
   REQUIRE(w.ok());
   std::optional<ForwardingWriter> writer(std::move(*w));

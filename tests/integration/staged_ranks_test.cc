@@ -34,15 +34,6 @@ std::unique_ptr<Publisher> trainer_rank(const WeightLayout& layout, std::size_t 
   return std::move(*p);
 }
 
-void publish(Publisher& publisher, std::uint64_t version) {
-  auto writer = publisher.begin_publish(version);
-  REQUIRE(writer.ok());
-  for (const auto& t : publisher.layout().tensors()) {
-    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
-  }
-  REQUIRE(writer->commit().ok());
-}
-
 std::unique_ptr<SubscriberGroup> group_of(const std::vector<std::string>& addresses) {
   auto options = quick_options(3000, "tcp");
   options.secret = kSecret;
@@ -107,8 +98,8 @@ TEST_CASE("staged updates across ranks: every engine rank installs the version, 
   const auto start = std::chrono::steady_clock::now();
   for (std::uint64_t i = 0; i < updates; ++i) {
     const std::uint64_t v = next++;
-    publish(*rank0, v);
-    publish(*rank1, v);
+    publish_pattern(*rank0, v);
+    publish_pattern(*rank1, v);
     const bool fault = live > 0 && rng() % 10 == 0;
     const std::size_t bad = rng() % 2;
     if (fault) {
@@ -118,8 +109,8 @@ TEST_CASE("staged updates across ranks: every engine rank installs the version, 
       auto staged = good.wait_staged(std::chrono::milliseconds(5000));
       INFO(staged.status().to_string());
       REQUIRE(staged.ok());
-      publish(*rank0, next++);
-      publish(*rank0, next++);
+      publish_pattern(*rank0, next++);
+      publish_pattern(*rank0, next++);
     }
     auto result = install_on_every_rank(engine, v, std::chrono::milliseconds(5000));
     if (fault) {
@@ -164,8 +155,8 @@ TEST_CASE("staged updates across ranks: stage, install(version) and discard", "[
   auto nothing = rank->install();
   REQUIRE_FALSE(nothing.ok());
   CHECK_THAT(nothing.status().message(), Catch::Contains("no version was asked for"));
-  publish(*trainer, 1);
-  publish(*trainer, 2);
+  publish_pattern(*trainer, 1);
+  publish_pattern(*trainer, 2);
   REQUIRE(rank->stage(1).ok());
   auto staged = rank->wait_staged(std::chrono::milliseconds(5000));
   REQUIRE(staged.ok());

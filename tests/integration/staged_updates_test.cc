@@ -51,15 +51,6 @@ std::unique_ptr<Subscriber> connect(const std::string& address, const std::strin
   return std::move(*s);
 }
 
-void publish_version(Publisher& publisher, std::uint64_t version) {
-  auto writer = publisher.begin_publish(version);
-  REQUIRE(writer.ok());
-  for (const auto& t : publisher.layout().tensors()) {
-    fill_pattern(static_cast<char*>(writer->data()) + t.offset, t.bytes, version, t.offset);
-  }
-  REQUIRE(writer->commit().ok());
-}
-
 std::unique_ptr<StagedUpdates> make_staged(std::unique_ptr<Subscriber> sub, StagedUpdatesOptions options) {
   auto staged = StagedUpdates::create(std::move(sub), std::move(options));
   INFO(staged.status().to_string());
@@ -124,7 +115,7 @@ TEST_CASE("staged updates: swap: the live buffer always holds one whole version 
   const std::string transport = GENERATE(as<std::string>{}, "tcp", "shm");
   const WeightLayout layout = bytes_layout(1 << 20, 3);
   auto publisher = make_publisher(layout);
-  publish_version(*publisher, 1);
+  publish_pattern(*publisher, 1);
   auto staged = make_staged(connect(publisher->address(), transport), {});
   CHECK(staged->transport() == transport);
   CHECK(staged->live_version() == 0);
@@ -145,7 +136,7 @@ TEST_CASE("staged updates: swap: the live buffer always holds one whole version 
   constexpr std::uint64_t kLast = 40;
   std::thread trainer([&] {
     for (std::uint64_t v = 2; v <= kLast; ++v) {
-      publish_version(*publisher, v);
+      publish_pattern(*publisher, v);
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
   });
@@ -197,7 +188,7 @@ TEST_CASE(
     auto staged = make_staged(connect(publisher->address()), options);
     CHECK(staged->live_data() == nullptr);
     for (std::uint64_t v = 1; v <= 3; ++v) {
-      publish_version(*publisher, v);
+      publish_pattern(*publisher, v);
       InstallResult r = install_version(*staged, v);
       CHECK(r.mode == InstallMode::kCopy);
       CHECK(r.blocked_seconds > 0.0);
@@ -218,7 +209,7 @@ TEST_CASE(
     options.mode = InstallMode::kCopy;
     options.live = Destination::contiguous(live->data(), live->size());
     auto staged = make_staged(connect(publisher->address(), "shm"), options);
-    publish_version(*publisher, 7);
+    publish_pattern(*publisher, 7);
     InstallResult r = install_version(*staged, 7);
     CHECK(r.version == 7);
     CHECK(image_mismatch(layout, live->data(), 7) == -1);
@@ -237,11 +228,11 @@ TEST_CASE("staged updates: install refuses a half-pulled version, and the live w
   options.live = Destination::contiguous(live->data(), live->size());
   options.on_progress = gate.hook();
   auto staged = make_staged(connect(publisher->address()), options);
-  publish_version(*publisher, 1);
+  publish_pattern(*publisher, 1);
   install_version(*staged, 1);
 
   gate.close();
-  publish_version(*publisher, 2);
+  publish_pattern(*publisher, 2);
   REQUIRE(gate.wait_held());  // version 2 is arriving: part of it is in the staging buffer
   auto refused = staged->install();
   REQUIRE_FALSE(refused.ok());
@@ -264,20 +255,20 @@ TEST_CASE("staged updates: a pull that fails part-way leaves the live version se
   StagedUpdatesOptions options;
   options.on_progress = gate.hook();
   auto staged = make_staged(connect(publisher->address()), options);
-  publish_version(*publisher, 1);
+  publish_pattern(*publisher, 1);
   install_version(*staged, 1);
   const void* live = staged->live_data();
 
   SECTION("the publisher dies during the transfer") {
     gate.close();
-    publish_version(*publisher, 2);
+    publish_pattern(*publisher, 2);
     REQUIRE(gate.wait_held());
     publisher.reset();  // closes every connection: the rest of version 2 never arrives
     gate.open();
   }
   SECTION("the engine's hook fails during the transfer") {
     gate.close(/*then_throw=*/true);
-    publish_version(*publisher, 2);
+    publish_pattern(*publisher, 2);
     REQUIRE(gate.wait_held());
     gate.open();
   }
@@ -301,14 +292,14 @@ TEST_CASE("staged updates: a pull that fails part-way leaves the live version se
 TEST_CASE("staged updates: every version in turn, or the newest", "[staged]") {
   const WeightLayout layout = bytes_layout(64 << 10, 2);
   auto publisher = make_publisher(layout, publisher_options(8));
-  for (std::uint64_t v = 1; v <= 5; ++v) publish_version(*publisher, v);
+  for (std::uint64_t v = 1; v <= 5; ++v) publish_pattern(*publisher, v);
   SECTION("every_version") {
     StagedUpdatesOptions options;
     options.every_version = true;
     auto staged = make_staged(connect(publisher->address()), options);
     // The first pull takes the newest (nothing live yet); then each in turn.
-    publish_version(*publisher, 6);
-    publish_version(*publisher, 7);
+    publish_pattern(*publisher, 6);
+    publish_pattern(*publisher, 7);
     std::uint64_t first = install_version(*staged, 1).version;
     for (std::uint64_t v = first + 1; v <= 7; ++v) {
       InstallResult r = install_version(*staged, v);
@@ -380,7 +371,7 @@ TEST_CASE("staged updates: partial: slices staged packed, swapped or copied into
     options.live = Destination::slices(slices);
     auto staged = make_staged(connect(publisher->address()), options);
     for (std::uint64_t v = 1; v <= 2; ++v) {
-      publish_version(*publisher, v);
+      publish_pattern(*publisher, v);
       InstallResult r = install_version(*staged, v);
       CHECK(r.pull.partial);
       CHECK(r.pull.bytes == 16 * 1024 + t2->bytes);
@@ -398,7 +389,7 @@ TEST_CASE("staged updates: partial: slices staged packed, swapped or copied into
     REQUIRE(second.ok());
     CHECK(*second == 16 * 1024);
     CHECK(staged->slice_offset(2).status().code() == ErrorCode::kInvalidArgument);
-    publish_version(*publisher, 3);
+    publish_pattern(*publisher, 3);
     install_version(*staged, 3);
     const char* base = static_cast<const char*>(staged->live_data());
     check_strided(base, 1024, 3);
@@ -420,7 +411,7 @@ TEST_CASE("staged updates: through a relay", "[staged]") {
   REQUIRE(relay.ok());
   auto staged = make_staged(connect((*relay)->address()), {});
   for (std::uint64_t v = 1; v <= 3; ++v) {
-    publish_version(*trainer, v);
+    publish_pattern(*trainer, v);
     InstallResult r = install_version(*staged, v);
     CHECK(r.pull.checksum_verified);
     CHECK(image_mismatch(layout, staged->live_data(), r.version) == -1);
@@ -441,7 +432,7 @@ TEST_CASE("staged updates: device memory (host stand-in for the GPU)", "[staged]
     options.live = Destination::contiguous(live->data(), live->size(), MemoryKind::kCuda);
   auto staged = make_staged(connect(publisher->address()), options);
   for (std::uint64_t v = 1; v <= 2; ++v) {
-    publish_version(*publisher, v);
+    publish_pattern(*publisher, v);
     InstallResult r = install_version(*staged, v);
     CHECK(r.pull.staged);  // through the page-locked staging ring
     const void* now = mode == InstallMode::kSwap ? staged->live_data() : live->data();
@@ -493,7 +484,7 @@ TEST_CASE("staged updates: bad options are refused with the reason", "[staged]")
   StagedUpdatesOptions accept;
   accept.require_checksum = false;
   auto staged = make_staged(connect(unverified->address()), accept);
-  publish_version(*unverified, 1);
+  publish_pattern(*unverified, 1);
   CHECK_FALSE(install_version(*staged, 1).pull.checksum_verified);
 }
 
@@ -502,7 +493,7 @@ TEST_CASE("staged updates: reconnect keeps the live version serving and resumes 
   const WeightLayout layout = bytes_layout(1 << 20, 2);
   auto first = make_publisher(layout);
   auto staged = make_staged(connect(first->address()), {});
-  publish_version(*first, 1);
+  publish_pattern(*first, 1);
   install_version(*staged, 1);
   first.reset();  // the trainer dies
   auto lost = staged->wait_staged(std::chrono::milliseconds(10000));
@@ -521,7 +512,7 @@ TEST_CASE("staged updates: reconnect keeps the live version serving and resumes 
 
   // The restarted trainer: the live version serves until its first version is installed.
   auto restarted = make_publisher(layout);
-  publish_version(*restarted, 5);
+  publish_pattern(*restarted, 5);
   REQUIRE(staged->reconnect(connect(restarted->address(), "shm")).ok());
   CHECK(staged->status().ok());
   CHECK(staged->transport() == "shm");
@@ -535,7 +526,7 @@ TEST_CASE("staged updates: reconnect keeps the live version serving and resumes 
   restarted.reset();
   REQUIRE_FALSE(staged->wait_staged(std::chrono::milliseconds(10000)).ok());
   auto behind = make_publisher(layout);
-  publish_version(*behind, 3);
+  publish_pattern(*behind, 3);
   REQUIRE(staged->reconnect(connect(behind->address())).ok());
   auto none = staged->wait_staged(std::chrono::milliseconds(400));
   REQUIRE_FALSE(none.ok());
@@ -548,6 +539,6 @@ TEST_CASE("staged updates: reconnect keeps the live version serving and resumes 
   REQUIRE(back.ok());
   CHECK(back->previous == 5);
   CHECK(image_mismatch(layout, staged->live_data(), 3) == -1);
-  publish_version(*behind, 4);  // and from there on, newer versions as usual
+  publish_pattern(*behind, 4);  // and from there on, newer versions as usual
   CHECK(install_version(*staged, 4).version == 4);
 }
