@@ -8,7 +8,7 @@
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
 #          [--task KIND[:DIFFICULTY][,KIND[:DIFFICULTY]...]] [--carry-candidates N]
-#          [--trainer-cpus LIST --generator-cpus LIST]
+#          [--trainer-cpus LIST --generator-cpus LIST] [--in-flight-updates on|off]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [--sign] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
@@ -21,6 +21,9 @@
 # most carries or borrows in; default 1: off).
 # --seed S: another run of the same settings (generators' sampling seed S and
 # task seeds from 200000 + S * 10000000); without it the generators' defaults.
+# --in-flight-updates on|off: async generators install new weights at token
+# boundaries while they sample (on, the generator's default) or pull them in
+# the foreground between rounds (off), to compare the two (docs/rl_loop.md).
 # --trainer-cpus / --generator-cpus (taskset lists, e.g. 0 and 1): pin the
 # trainer and every generator to those CPUs, as if each had a device of its
 # own (docs/results.md); the trainer then runs one torch thread per CPU of its
@@ -51,7 +54,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
-device=cpu hosts="" host_rate="" topology=flat sign="" seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
+in_flight=() device=cpu hosts="" host_rate="" topology=flat sign="" seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -68,6 +71,7 @@ while [ $# -gt 0 ]; do
     --seed) seed="$2"; shift 2 ;;
     --task) task="$2"; shift 2 ;;
     --carry-candidates) carry_candidates="$2"; shift 2 ;;
+    --in-flight-updates) in_flight=(--in-flight-updates "$2"); shift 2 ;;
     --trainer-cpus) trainer_cpus="$2"; shift 2 ;;
     --generator-cpus) generator_cpus="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
@@ -221,7 +225,7 @@ for id in $(seq 0 $((generators - 1))); do
   fi
   (run_on "$node" "${generator_pin[@]}" "${generator_env[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" "${relay[@]}" "${seed_args[@]}") \
+    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" "${in_flight[@]}" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done
