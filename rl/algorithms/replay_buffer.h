@@ -3,8 +3,10 @@
 //
 // Contract
 // - The unit is a group: the G trajectories a generator sampled for one
-//   prompt in one batch, with the policy versions the rollout started and
-//   ended with (a generator pulls only between groups, so all G share them).
+//   prompt in one batch. version_start is the oldest version any of their
+//   tokens was sampled with (in-flight updates install new weights mid-batch;
+//   each token's own version is in Trajectory::token_versions), version_end
+//   the newest published when the group was sent.
 // - add(group): queues the group, oldest first, and counts it. A group
 //   beyond capacity_groups pushes out the oldest one (counted as overflow).
 // - take(n, current_version): first drops every queued group with
@@ -31,7 +33,7 @@ namespace algorithms {
 
 struct TrajectoryGroup {
   std::vector<rollout::Trajectory> trajectories;
-  std::uint64_t version_start = 0;  // the policy version the rollouts were sampled with
+  std::uint64_t version_start = 0;  // the oldest policy version any token was sampled with
   std::uint64_t version_end = 0;    // the newest version published when the generator sent them
   std::uint32_t generator = 0;
   std::uint64_t sequence = 0;  // per generator, from 0

@@ -164,12 +164,19 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   // in-flight install's pause.
   std::vector<double> blocked_seconds;
   bool in_flight = false;
+  // Rounds during which a new version was installed: generation ran through it.
+  std::uint64_t rounds = 0;
+  std::uint64_t rounds_through_update = 0;
   for (const auto& [generator, records] : run.generators) {
     for (const json& r : records) {
       const std::string event = r.value("event", "");
       if (event == "round") {
         generated += r.value("trajectories", std::uint64_t{0});
         tokens += r.value("tokens", std::uint64_t{0});
+        ++rounds;
+        if (r.value("version_after", std::uint64_t{0}) > r.value("version", std::uint64_t{0})) {
+          ++rounds_through_update;
+        }
       } else if (event == "install") {
         in_flight = true;
         blocked_seconds.push_back(r.value("blocked_seconds", 0.0));
@@ -229,6 +236,8 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
           {"blocked_s_median", median(blocked_seconds)},
           {"blocked_s_p99", quantile(blocked_seconds, 0.99)},
           {"blocked_s_max", quantile(blocked_seconds, 1.0)},
+          {"rounds", rounds},
+          {"rounds_through_update", rounds_through_update},
           {"digests_checked", digests_checked},
           {"digests_matched", digests_matched},
           {"periodic_eval", periodic_eval}};
@@ -268,6 +277,11 @@ void print_summary(const json& report) {
         1000 * r.value("blocked_s_median", 0.0), 1000 * r.value("blocked_s_p99", 0.0),
         1000 * r.value("blocked_s_max", 0.0),
         static_cast<unsigned long long>(r.value("blocked_updates", 0ULL)));
+    if (r.value("in_flight_updates", false)) {
+      std::printf("  %-6s generation ran through an update in %llu of %llu rounds\n", name,
+                  static_cast<unsigned long long>(r.value("rounds_through_update", 0ULL)),
+                  static_cast<unsigned long long>(r.value("rounds", 0ULL)));
+    }
   }
   const json& ws = report["weight_sync"];
   std::printf("weight sync: %s, %llu bytes per pull, %llu pulls, median %.2f ms (%.2f%% of a step)\n",
