@@ -137,10 +137,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
       const weightsync::PullResult& r = pulled.value();
       auto widened = pull_target_->finish(model_);
       if (!widened) return widened.error();
-      if (first_on_connection) {
-        pace_base_version_ = r.version;
-        pace_sent_groups_ = 0;
-      }
+      if (first_on_connection) rebase_pacing(r.version);
       version_ = r.version;
       buffer_intact_ = true;
       ++totals_.pulls;
@@ -185,6 +182,12 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
   return Pulled{};
 }
 
+void GeneratorLoop::rebase_pacing(std::uint64_t version) {
+  pace_base_version_ = version;
+  pace_sent_groups_ = 0;
+  pace_base_pending_ = false;
+}
+
 zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& stop) {
   const auto deadline = Clock::now() + options_.trainer_timeout;
   while (!stop.load()) {
@@ -216,11 +219,7 @@ zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& sto
       auto installed = staged_->install_if_staged();
       if (!installed) return installed.error();
       if (!pace_base_pending_ || installed.value()) {
-        if (pace_base_pending_) {
-          pace_base_version_ = staged_->version();
-          pace_sent_groups_ = 0;
-          pace_base_pending_ = false;
-        }
+        if (pace_base_pending_) rebase_pacing(staged_->version());
         version_ = staged_->version();
         return true;
       }
@@ -229,17 +228,13 @@ zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& sto
     auto installed = staged_->wait_and_install(std::chrono::milliseconds(500));
     if (!installed) return installed.error();
     if (installed.value()) {
-      pace_base_version_ = staged_->version();
-      pace_sent_groups_ = 0;
-      pace_base_pending_ = false;
+      rebase_pacing(staged_->version());
       version_ = staged_->version();
       return true;
     }
     if (staged_->version() != 0 && staged_->status().ok()) {
       // Reconnected, nothing newer yet: go on with the version installed.
-      pace_base_version_ = staged_->version();
-      pace_sent_groups_ = 0;
-      pace_base_pending_ = false;
+      rebase_pacing(staged_->version());
       return true;
     }
     if (Clock::now() >= deadline) {

@@ -150,6 +150,8 @@ class GeneratorLoop {
   // In-flight mode: (re)connects the staged policy, and before the first
   // round of a connection waits for a version; false when stopped.
   zorplex::Result<bool> prepare_staged(const std::atomic<bool>& stop);
+  // The first version of a connection: pacing counts versions and groups from here.
+  void rebase_pacing(std::uint64_t version);
   bool staged_mode() const {
     return staged_ != nullptr || (!options_.sync && options_.staged_updates && !narrow_wire_);
   }
