@@ -23,15 +23,39 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+std::vector<std::uint64_t> round_task_seeds(const std::vector<TaskInStream>& tasks) {
+  std::vector<std::uint64_t> seeds;
+  for (const TaskInStream& task : tasks) seeds.push_back(task.seed);
+  return seeds;
+}
+
 }  // namespace
 
 GeneratorLoop::GeneratorLoop(GeneratorOptions options, policy::Transformer model, policy::PromptFormat format,
-                             loop::JsonlFile* metrics, loop::JsonlFile* timeline)
+                             loop::JsonlFile* metrics, loop::JsonlFile* timeline,
+                             rollout::TranscriptWriter* transcripts)
     : options_(std::move(options)),
       model_(std::move(model)),
       format_(std::move(format)),
       metrics_(metrics),
-      timeline_(timeline, "generator-" + std::to_string(options_.id)) {}
+      timeline_(timeline, "generator-" + std::to_string(options_.id)),
+      transcripts_(transcripts),
+      next_task_(options_.start.next_task),
+      next_round_(options_.start.next_round),
+      next_sequence_(options_.start.next_sequence) {}
+
+zorplex::Result<bool> GeneratorLoop::save_state() {
+  if (options_.state_file.empty()) return true;
+  GeneratorState state;
+  state.id = options_.id;
+  for (const rollout::TaskMix& mix : options_.tasks) state.tasks.push_back(rollout::task_mix_name(mix));
+  state.task_seed_base = options_.task_seed_base;
+  state.sampling_seed = options_.sampling_seed;
+  state.position = GeneratorPosition{next_task_, next_round_, next_sequence_};
+  auto saved = save_generator_state(options_.state_file, state);
+  if (!saved) return zorplex::Error{"saving the generator's state: " + saved.error().message};
+  return true;
+}
 
 GeneratorLoop::~GeneratorLoop() = default;
 
@@ -311,6 +335,8 @@ zorplex::Result<bool> GeneratorLoop::send(const algorithms::TrajectoryGroup& gro
 zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& stop) {
   if (options_.tasks.empty())
     return zorplex::Error{"no task kind to sample (GeneratorOptions::tasks is empty)"};
+  // The position is on disk before the first round: --resume always finds a state.
+  if (auto saved = save_state(); !saved) return saved.error();
   channel::ChannelOptions channel_options;
   channel_options.secret = options_.secret;
   auto sender = channel::GroupSender::connect(options_.trajectory_endpoint, channel_options);
@@ -318,9 +344,9 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
   sender_ = std::move(sender).value();
 
   const auto run_start = Clock::now();
-  for (std::uint64_t round = 0; !stop.load(); ++round) {
-    if (options_.max_rounds > 0 && round >= static_cast<std::uint64_t>(options_.max_rounds)) break;
-    if (!options_.sync && options_.groups_per_version > 0 && round > 0) {
+  for (std::uint64_t rounds_run = 0; !stop.load(); ++rounds_run) {
+    if (options_.max_rounds > 0 && rounds_run >= static_cast<std::uint64_t>(options_.max_rounds)) break;
+    if (!options_.sync && options_.groups_per_version > 0 && rounds_run > 0) {
       auto allowed = wait_for_allowance(stop);
       if (!allowed) return allowed.error();
     }
@@ -331,24 +357,24 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       if (!ready.value()) break;
     }
     if (!staged_) {
-      auto pulled = pull_newest(options_.sync || round == 0, stop);
+      auto pulled = pull_newest(options_.sync || rounds_run == 0, stop);
       if (!pulled) return pulled.error();
       pulled_now = pulled.value();
     }
     if (stop.load()) break;
+    const std::uint64_t round = next_round_++;
 
     // Tasks from this generator's own stream; the TaskGenerators own the
     // toolboxes the requests borrow, so they live until the rollouts end.
     std::vector<zorplex::TaskGenerator> sources;
     sources.reserve(static_cast<std::size_t>(options_.prompts));
-    std::vector<std::uint64_t> task_seeds;
+    std::vector<TaskInStream> task_seeds;
     std::vector<rollout::RolloutRequest> requests;
     for (int p = 0; p < options_.prompts; ++p) {
       const rollout::TaskMix& kind = options_.tasks[next_task_ % options_.tasks.size()];
-      const std::uint64_t seed = static_cast<std::uint64_t>(options_.task_seed_base) +
-                                 std::uint64_t{options_.id} * 1000000u + next_task_++;
-      task_seeds.push_back(seed);
-      sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(seed));
+      const TaskInStream task = task_in_stream(options_.task_seed_base, options_.id, next_task_++);
+      task_seeds.push_back(task);
+      sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(task.seed));
     }
     std::vector<std::uint64_t> task_indices;
     std::string operators;  // each prompt's operator ('.' for kinds without one), for the round log
@@ -399,9 +425,9 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       reward_sum += t.score.reward;
       correct += t.score.correct ? 1 : 0;
     }
-    const double send_start = loop::wall_clock_seconds();
-    for (int p = 0; p < options_.prompts && !stop.load(); ++p) {
-      algorithms::TrajectoryGroup group;
+    std::vector<algorithms::TrajectoryGroup> groups(static_cast<std::size_t>(options_.prompts));
+    for (int p = 0; p < options_.prompts; ++p) {
+      algorithms::TrajectoryGroup& group = groups[static_cast<std::size_t>(p)];
       for (int g = 0; g < options_.group_size; ++g) {
         group.trajectories.push_back(
             std::move(trajectories.value()[static_cast<std::size_t>(p * options_.group_size + g)]));
@@ -416,8 +442,8 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       group.version_start = oldest;
       group.version_end = std::max(latest, version_);
       group.generator = options_.id;
-      group.sequence = totals_.groups_sent;
-      group.task_seed = task_seeds[static_cast<std::size_t>(p)];
+      group.sequence = next_sequence_ + static_cast<std::uint64_t>(p);
+      group.task_seed = task_seeds[static_cast<std::size_t>(p)].seed;
       group.task_index = task_indices[static_cast<std::size_t>(p)];
       group.generation_seconds = generation_seconds / options_.prompts;
       group.temperature = rollout_options.sampling.temperature;
@@ -426,16 +452,45 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
         group.pull_seconds = pulled_now.seconds;
         group.pull_bytes = pulled_now.bytes;
       }
+    }
+    const double send_start = loop::wall_clock_seconds();
+    std::size_t sent_groups = 0;
+    for (const algorithms::TrajectoryGroup& group : groups) {
+      if (stop.load()) break;
       auto sent = send(group, stop);
       if (!sent) return sent.error();
       if (!sent.value()) break;
+      ++sent_groups;
       ++totals_.groups_sent;
       // Every group uses up the allowance: the trainer consumes zero-variance
       // groups towards its batch too (algorithms::ReplayBuffer::take).
       ++pace_sent_groups_;
     }
+    // Sequences stay unique: an unsent group's number is not reused.
+    next_sequence_ += groups.size();
     const double send_end = loop::wall_clock_seconds();
     if (send_end - send_start > 0.01) timeline_.span("send", send_start, send_end);
+    if (transcripts_ != nullptr) {
+      for (std::size_t p = 0; p < groups.size(); ++p) {
+        rollout::TranscriptContext context;
+        context.generator = options_.id;
+        context.round = round;
+        context.group_sequence = groups[p].sequence;
+        context.task_seed = task_seeds[p].seed;
+        context.data_epoch = task_seeds[p].data_epoch;
+        context.task_index = task_indices[p];
+        context.temperature = groups[p].temperature;
+        context.sent = p < sent_groups;
+        // Pulled between rounds, every token has the round's version.
+        if (!staged_) context.version = round_version;
+        for (std::size_t g = 0; g < groups[p].trajectories.size(); ++g) {
+          context.index_in_group = g;
+          transcripts_->add(rollout::transcript_line(context, groups[p].trajectories[g]));
+        }
+      }
+      transcripts_->flush();
+    }
+    if (auto saved = save_state(); !saved) return saved.error();
     ++totals_.rounds;
     if (staged_) totals_.pulls = staged_->stats().installs;
     totals_.trajectories += requests.size();
@@ -450,6 +505,8 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
                        {"trajectories", requests.size()},
                        {"operators", operators},
                        {"carries_in", carries_total},
+                       {"task_seeds", round_task_seeds(task_seeds)},
+                       {"data_epoch", task_seeds.front().data_epoch},
                        {"tokens", stats.generated_tokens},
                        {"generation_seconds", generation_seconds},
                        {"tokens_per_second", stats.generated_tokens / std::max(generation_seconds, 1e-9)},

@@ -6,7 +6,8 @@
 // - A round: (1) pull the newest version if it is newer than the one held
 //   (sync mode, and before the first round: wait for one); (2) draw
 //   `prompts` tasks from this generator's own seeded stream (task seed
-//   task_seed_base + id * 1,000,000 + n; task n is of kind tasks[n %
+//   task_seed_base + id * 1,000,000 + n mod 1,000,000, data epoch n /
+//   1,000,000: generator_state.h; task n is of kind tasks[n %
 //   tasks.size()], so a mix alternates) and sample `group_size` episodes of
 //   each at `temperature`; (3) send one TrajectoryGroup per prompt, tagged
 //   with the version it was sampled with (version_start), the newest version
@@ -47,6 +48,19 @@
 //   model straight in device memory (loop::policy_destination; the library
 //   stages through page-locked host chunks unless the transport writes device
 //   memory itself), and the pull line's "staged" says which.
+// - Position in the task stream (generator/generator_state.h): run() starts
+//   at options.start (task, round, group sequence; all 0 for a new stream,
+//   a saved state's with --resume) and, when options.state_file is set,
+//   saves the position there at start-up and after every round, a round cut
+//   short by a stop included (its tasks were drawn: a resumed run never
+//   draws them again). A generator killed mid-round resumes at that round's
+//   start, so it may repeat the groups of that one round it had sent. A
+//   state file that cannot be written ends run() with an Error (resuming
+//   from a stale one would repeat prompts). options.max_rounds counts the
+//   rounds of this run().
+// - Transcripts (rollout/transcript_writer.h; transcripts may be null): one
+//   line per sampled trajectory, unsent ones too ("sent": false), flushed
+//   at the end of each round, before the state is saved.
 // - Threads: run() on one thread; the model uses torch's intra-op threads.
 #pragma once
 
@@ -59,10 +73,12 @@
 #include <vector>
 
 #include "algorithms/replay_buffer.h"
+#include "generator/generator_state.h"
 #include "loop/run_log.h"
 #include "policy/transformer.h"
 #include "rollout/demonstrations.h"
 #include "rollout/rollout.h"
+#include "rollout/transcript_writer.h"
 #include "zorplex/result.h"
 
 namespace weightsync {
@@ -102,7 +118,11 @@ struct GeneratorOptions {
   int carry_candidates = 1;
   std::int64_t task_seed_base = 200000;
   std::uint64_t sampling_seed = 1;
-  int max_rounds = 0;  // 0: until stopped
+  int max_rounds = 0;  // rounds of this run(); 0: until stopped
+  // Where the task stream starts (a saved state's position with --resume).
+  GeneratorPosition start;
+  // Saved here after every round (generator/generator_state.h); empty: nowhere.
+  std::string state_file;
   // async pacing (AReaL's staleness control at the source): this
   // generator's share of the groups of one trainer step; it starts a round
   // only while the groups it sent since it connected, plus this round's,
@@ -129,9 +149,11 @@ struct GeneratorTotals {
 class GeneratorLoop {
  public:
   // model: built from the starting checkpoint (its config and prompt format);
-  // its buffer is overwritten by every pull. metrics/timeline may be null.
+  // its buffer is overwritten by every pull. metrics, timeline and
+  // transcripts may be null; they are borrowed and must outlive run().
   GeneratorLoop(GeneratorOptions options, policy::Transformer model, policy::PromptFormat format,
-                loop::JsonlFile* metrics, loop::JsonlFile* timeline);
+                loop::JsonlFile* metrics, loop::JsonlFile* timeline,
+                rollout::TranscriptWriter* transcripts = nullptr);
   ~GeneratorLoop();
 
   zorplex::Result<GeneratorTotals> run(const std::atomic<bool>& stop);
@@ -158,12 +180,15 @@ class GeneratorLoop {
   // The newest version known (pacing, version_end), or nullopt if the trainer is unreachable now.
   std::optional<std::uint64_t> newest_version();
   void wait_for_newer(std::uint64_t than);
+  // Saves the stream position to options_.state_file (if set).
+  zorplex::Result<bool> save_state();
 
   GeneratorOptions options_;
   policy::Transformer model_;
   policy::PromptFormat format_;
   loop::JsonlFile* metrics_;
   loop::Timeline timeline_;
+  rollout::TranscriptWriter* transcripts_;
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<weightsync::Subscriber> subscriber_;
   // Where pulls land: the model's buffer, or a narrow image widened into it
@@ -175,7 +200,9 @@ class GeneratorLoop {
   bool pace_base_pending_ = false;  // in-flight mode: the first install of a connection sets the pace base
   std::uint64_t version_ = 0;       // the version in the model's buffer; 0 before the first pull
   bool buffer_intact_ = true;       // false after a failed pull until one succeeds
-  std::uint64_t next_task_ = 0;
+  std::uint64_t next_task_ = 0;      // the next task of the stream (options_.start on entry)
+  std::uint64_t next_round_ = 0;     // the round counter, also the sampling seed's position
+  std::uint64_t next_sequence_ = 0;  // the next group's TrajectoryGroup::sequence
   std::uint64_t pace_base_version_ = 0;  // first version pulled on this connection
   std::uint64_t pace_sent_groups_ = 0;   // groups sent on this connection
   GeneratorTotals totals_;
