@@ -430,7 +430,7 @@ TEST_CASE("generator state: a corrupt, missing or mismatched state file is refus
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("generator state: each generator's block of seeds is finite; past it a new data epoch begins",
+TEST_CASE("generator state: each generator's block of seeds is finite, and past it a new data epoch begins",
           "[rl][generator][resume]") {
   const auto first = generator::task_in_stream(200000, 3, 0);
   CHECK(first.seed == 3200000);
