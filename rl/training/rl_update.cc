@@ -37,6 +37,13 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     std::vector<double> group_advantages;
     if (options_.baseline == BaselineKind::kGroupMean) {
       group_advantages = algorithms::group_advantages(group_rewards, options_.normalize_advantages);
+    } else if (options_.baseline == BaselineKind::kLeaveOneOut) {
+      auto leave_one_out = algorithms::leave_one_out_advantages(group_rewards);
+      if (!leave_one_out) {
+        return zorplex::Error{"group " + std::to_string(group.sequence) + " of generator " +
+                              std::to_string(group.generator) + ": " + leave_one_out.error().message};
+      }
+      group_advantages = std::move(leave_one_out).value();
     } else {
       for (double r : group_rewards) group_advantages.push_back(baseline_.advantage(r));
     }
