@@ -17,14 +17,18 @@
 //   * async: consumes the next batch_groups groups from the replay buffer,
 //     waiting for more as needed, and trains on the usable ones among them:
 //     a step stands for as many sampled groups as a sync round of
-//     batch_groups prompts (zero-variance groups count, stale ones do not).
+//     batch_groups prompts (zero-variance and undersized groups count, stale
+//     ones do not).
 //   Groups sampled with a version newer than the current one (from before a
 //   trainer restart) or, in sync, with any other version are dropped and
 //   counted; so are groups sampled at another temperature than the trainer's
 //   (--temperature, else the first group's: algorithms::SamplingAgreement),
-//   with one line on stderr per generator saying what to change; the replay buffer drops stale and zero-variance groups and
-//   counts them. Then one RlUpdater step at the scheduled learning rate, version + 1, publish, one metrics
-//   line (trainer.jsonl) and timeline spans. Versions only increase.
+//   with one line on stderr per generator saying what to change; the replay
+//   buffer drops stale, undersized (below replay.min_group_size) and
+//   zero-variance groups and counts them (the step line's "dropped"). Then
+//   one RlUpdater step at the scheduled learning rate, version + 1, publish,
+//   one metrics line (trainer.jsonl) and timeline spans. Versions only
+//   increase.
 // - Publishing, by the model's device. CPU: Publisher::publish(), one copy
 //   into a slot, committed before publish() returns; one "publish" line.
 //   CUDA: Publisher::publish_from_device() enqueues the copy (ordered after
@@ -129,7 +133,8 @@ struct TrainerSummary {
   int steps = 0;
   std::uint64_t version = 0;
   std::uint64_t trajectories_trained = 0;
-  std::uint64_t trajectories_sampled = 0;  // of the groups the steps consumed, zero-variance ones too
+  // Of the groups the steps consumed, zero-variance and undersized ones too.
+  std::uint64_t trajectories_sampled = 0;
   std::uint64_t trajectories_received = 0;
   double wall_seconds = 0.0;
   bool stopped = false;  // by a signal
