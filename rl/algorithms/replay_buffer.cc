@@ -39,6 +39,8 @@ std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uin
     TrajectoryGroup group = std::move(queue_.front());
     queue_.pop_front();
     counters_.trajectories_consumed += group.trajectories.size();
+    counters_.groups_filtered_at_source += group.filtered_groups;
+    counters_.trajectories_filtered_at_source += group.filtered_trajectories;
     if (options_.drop_zero_variance && zero_variance(group.rewards())) {
       ++counters_.groups_dropped_zero_variance;
       continue;

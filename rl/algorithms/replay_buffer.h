@@ -17,7 +17,9 @@
 //   is consumed, counted and not returned (DAPO/SLIME's filter). It still
 //   counts towards n, so a batch of n stands for n sampled groups whichever
 //   mode filled it: sync (a round of n prompts) and async (the next n groups
-//   to arrive) train on the same number of sampled trajectories.
+//   to arrive) train on the same number of sampled trajectories. With the
+//   generators' dynamic filter on (algorithms/dynamic_filter.h) such groups
+//   are rarely sent, and this drop is a safety net.
 // - Counters say how many groups and trajectories came in and went where.
 // - One thread (the trainer's); no locking. Nothing fails.
 #pragma once
@@ -46,6 +48,12 @@ struct TrajectoryGroup {
   // the trainer recomputes them at this temperature, or refuses the group.
   double temperature = 1.0;  // 0: greedy (log-probs at 1)
   double top_p = 1.0;        // for the record: the log-probs are untruncated
+  // The generator's dynamic filter (algorithms/dynamic_filter.h): the
+  // zero-variance groups, and their trajectories, it sampled and did not send
+  // since its previous sent group; and how many groups this one's round sends.
+  std::uint64_t filtered_groups = 0;
+  std::uint64_t filtered_trajectories = 0;
+  std::uint32_t round_groups = 1;
 
   std::vector<double> rewards() const;
 };
@@ -65,6 +73,10 @@ struct ReplayCounters {
   std::uint64_t groups_dropped_overflow = 0;
   std::uint64_t groups_served = 0;  // returned by take (zero-variance ones not)
   std::uint64_t trajectories_consumed = 0;  // of the groups take consumed: served or zero-variance
+  // What the generators filtered before sending the groups take consumed
+  // (TrajectoryGroup::filtered_groups, filtered_trajectories, summed).
+  std::uint64_t groups_filtered_at_source = 0;
+  std::uint64_t trajectories_filtered_at_source = 0;
 };
 
 class ReplayBuffer {
