@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/advantages.h"
 #include "algorithms/dynamic_filter.h"
 #include "algorithms/replay_buffer.h"
 
