@@ -19,7 +19,7 @@ zorplex::Result<FilledRound> fill_round(const DynamicFilterOptions& options, con
     const std::uint64_t ask = std::min(wanted - round.groups.size(), cap - round.prompts_sampled);
     auto batch = sample(static_cast<int>(ask));
     if (!batch) return batch.error();
-    ++round.batches;
+    if (!batch.value().empty()) ++round.batches;
     round.prompts_sampled += batch.value().size();
     for (TrajectoryGroup& group : batch.value()) {
       if (options.enabled && zero_variance(group.rewards())) {

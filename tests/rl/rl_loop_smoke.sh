@@ -129,7 +129,7 @@ for g in 0 1; do
     [ "$sampled" -ge 2 ] && [ "$sampled" -le 8 ] || fail "filter: generator $g sampled $sampled prompts (2..8)"
     [ "$sent" -eq 2 ] || { [ "$cap" = true ] && [ "$sampled" -eq 8 ]; } ||
       fail "filter: generator $g sent $sent groups without reaching its cap ($sampled prompts)"
-  done < <(grep '"event":"round"' "$run/generator-$g.jsonl")
+  done < <(grep '"event":"round"' "$run/generator-$g.jsonl" | grep '"version":[12],')  # a stopped round may not send
 done
 zero_before=0
 while read -r line; do
