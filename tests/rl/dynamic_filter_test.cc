@@ -144,7 +144,7 @@ TEST_CASE("dynamic filter: off, a round is one batch of its prompts and every gr
   }
 }
 
-TEST_CASE("dynamic filter: a sampler's error ends the round with it; a stopped sampler ends it with what it has",
+TEST_CASE("dynamic filter: a sampler's error ends the round with it, and a stopped sampler ends it with what it has",
           "[rl][algorithms][dynamic_filter]") {
   auto failing = [](int) -> zorplex::Result<std::vector<TrajectoryGroup>> {
     return zorplex::Error{"rollouts failed: boom"};

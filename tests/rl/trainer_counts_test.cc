@@ -80,8 +80,8 @@ nlohmann::json only_step_line(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("trainer step: sampled counts what the generators filtered, beside filtered and trained; a sync "
-          "round is the groups the generator's round sends",
+TEST_CASE("trainer step: sampled counts what the generators filtered, beside filtered and trained, and a "
+          "sync round is the groups the generator's round sends",
           "[rl][trainer][dynamic_filter]") {
   torch::set_num_threads(1);
   const std::string baseline = GENERATE(as<std::string>{}, "group", "running");
