@@ -170,6 +170,12 @@ TEST_CASE("group codec: the dynamic filter's counts are bounded: absurd ones are
   // A hostile generator's counts that would overflow the trainer's sums.
   CHECK(with("filtered_groups", std::uint64_t{1} << 63).find("out of range") != std::string::npos);
   CHECK(with("filtered_groups", channel::kMaxFilteredGroups + 1).find("out of range") != std::string::npos);
+  for (std::uint64_t groups : {channel::kMaxFilteredGroups + 1, std::uint64_t{1} << 54, std::uint64_t{1} << 63}) {
+    json j = good;  // one trajectory per group: only the bound on groups stands in the way
+    j["filtered_groups"] = groups;
+    j["filtered_trajectories"] = groups;
+    CHECK(error_of(j).find("out of range") != std::string::npos);
+  }
   CHECK(with("filtered_trajectories", ~std::uint64_t{0}).find("out of range") != std::string::npos);
   // More trajectories than groups can hold, or fewer than one per group.
   CHECK(with("filtered_trajectories", 3 * channel::kMaxTrajectories + 1).find("out of range") !=
