@@ -1,6 +1,7 @@
 // run_pause(): per size a Publisher and its trainer thread, per transport the
 // baselines and the three rows, each row on the engine's thread: read passes
 // with the row's update step between them (pause_bench.h, pause_engine.h).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,7 @@ std::string now_iso8601() {
 // CPU ticks: the machine's busy ones (user, nice, system), its steal, and this process's.
 struct CpuTicks {
   double busy = 0, steal = 0, self = 0;
+  double all = 0;  // busy + irq + softirq: everything the machine did (loopback tcp's softirqs too)
   Clock::time_point at = Clock::now();
 };
 
@@ -60,6 +62,7 @@ CpuTicks cpu_ticks() {
   double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
   stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
   t.busy = user + nice + system;
+  t.all = t.busy + irq + softirq;
   t.steal = steal;
   std::ifstream self("/proc/self/stat");
   std::string text((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
@@ -72,6 +75,15 @@ CpuTicks cpu_ticks() {
   }
   t.self = utime + stime;
   return t;
+}
+
+// User and system CPU of every thread of this process so far, in seconds
+// (getrusage: microseconds, where /proc's ticks are 10 ms).
+double process_cpu_seconds() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 // Cores used by other processes (and kernel threads' system time), and steal, since `start`.
@@ -155,10 +167,16 @@ PauseRow run_row(const std::string& name, Updater& updater, PauseTrainer& traine
   row.name = name;
   const int total = config.warmup + config.reps;
   Clock::time_point window_start = Clock::now(), window_end = window_start;
+  double cpu_start = process_cpu_seconds(), cpu_end = cpu_start;
+  CpuTicks ticks_start = cpu_ticks(), ticks_end = ticks_start;
   try {
     for (int u = 0; u < total; ++u) {
       const bool measured = u >= config.warmup;
-      if (u == config.warmup) window_start = Clock::now();
+      if (u == config.warmup) {
+        window_start = Clock::now();
+        cpu_start = process_cpu_seconds();
+        ticks_start = cpu_ticks();
+      }
       const auto deadline = Clock::now() + std::chrono::seconds(config.timeout_s);
       PauseSample sample;
       for (;;) {
@@ -179,6 +197,8 @@ PauseRow run_row(const std::string& name, Updater& updater, PauseTrainer& traine
         }
       }
       window_end = Clock::now();
+      cpu_end = process_cpu_seconds();
+      ticks_end = cpu_ticks();
       sample.marks_ok = image_has_marks(updater.live(), bytes, sample.version);
       if (measured) row.samples.push_back(sample);
       if (u + 1 < total) trainer.publish_next();
@@ -187,6 +207,9 @@ PauseRow run_row(const std::string& name, Updater& updater, PauseTrainer& traine
     row.error = e.what();
   }
   row.window_s = std::chrono::duration<double>(window_end - window_start).count();
+  row.process_cpu_s = cpu_end - cpu_start;
+  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  row.machine_cpu_s = hz > 0 ? (ticks_end.all - ticks_start.all) / hz : kNaN;
   row.summarize();
   return row;
 }

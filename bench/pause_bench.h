@@ -83,6 +83,15 @@ struct PauseRow {
   double pull_median_s = 0, pull_gbps_median = 0, staged_median_s = 0;
   double reader_gbps = 0;  // reader_bytes / window_s
   double pull_busy = 0;    // the measured pulls' seconds / window_s: how much of the window a pull ran
+  // CPU this process (trainer, transfer and engine threads: the whole bench)
+  // used over the measured window, in cores: what the row needs of the machine.
+  double process_cpu_s = 0;
+  double process_cores = 0;  // process_cpu_s / window_s
+  // The whole machine's busy CPU (user, nice, system, irq, softirq; /proc/stat)
+  // over the window: the process's share plus kernel threads' work, such as
+  // loopback tcp's softirqs in ksoftirqd, plus anything else running.
+  double machine_cpu_s = 0;
+  double machine_cores = 0;  // machine_cpu_s / window_s
   void summarize();
 };
 

@@ -143,6 +143,10 @@ Json row_json(const PauseRow& r, double idle_gbps) {
   o["reader_gbps"] = number(r.reader_gbps);
   o["reader_of_idle"] = number(idle_gbps > 0 ? r.reader_gbps / idle_gbps : kNaN);
   o["pull_busy"] = number(r.pull_busy);
+  o["process_cpu_s"] = number(r.process_cpu_s);
+  o["process_cores"] = number(r.process_cores);
+  o["machine_cpu_s"] = number(r.machine_cpu_s);
+  o["machine_cores"] = number(r.machine_cores);
   o["reader_passes"] = r.reader_passes;
   o["reader_bytes"] = r.reader_bytes;
   o["window_s"] = number(r.window_s);
@@ -258,6 +262,8 @@ void PauseRow::summarize() {
   double pulling = 0;
   for (const PauseSample& s : samples) pulling += s.pull_s;
   pull_busy = window_s > 0 ? pulling / window_s : kNaN;
+  process_cores = window_s > 0 ? process_cpu_s / window_s : kNaN;
+  machine_cores = window_s > 0 ? machine_cpu_s / window_s : kNaN;
 }
 
 const PauseRow* PauseGroup::row(const std::string& name) const {
@@ -285,10 +291,11 @@ void print_pause_table(std::FILE* out, const PauseReport& report, const std::vec
       out,
       "(blocked: InstallResult::blocked_seconds, or the foreground pull() call; call: the wall time of "
       "the pull() or install() call, taken by the bench; busy: the share of the reader's window a "
-      "pull ran)\n");
-  std::fprintf(out, "%-5s %-8s %-10s %3s %11s %11s %11s %11s %11s %9s %10s %5s %8s %7s %10s\n", "tp", "size",
-               "row", "n", "blocked med", "p99", "max", "call med", "call max", "pull GB/s", "pull med",
-               "busy", "reader", "x idle", "staged med");
+      "pull ran; cores: the CPU the whole bench process used over that window, and the machine's, softirqs "
+      "included)\n");
+  std::fprintf(out, "%-5s %-8s %-10s %3s %11s %11s %11s %11s %11s %9s %10s %5s %9s %8s %7s %10s\n", "tp",
+               "size", "row", "n", "blocked med", "p99", "max", "call med", "call max", "pull GB/s", "pull med",
+               "busy", "cores", "reader", "x idle", "staged med");
   for (const PauseGroup& g : report.groups) {
     const std::string size = format_size(g.size_bytes);
     if (!g.error.empty() || !g.skipped.empty()) {
@@ -308,12 +315,15 @@ void print_pause_table(std::FILE* out, const PauseReport& report, const std::vec
         gbps_text(g.reader_idle_after_gbps).c_str(), g.other_cores, g.steal_cores);
     for (const PauseRow& r : g.rows) {
       const double of_idle = g.reader_idle_gbps > 0 ? r.reader_gbps / g.reader_idle_gbps : kNaN;
-      std::fprintf(out, "%-5s %-8s %-10s %3zu %11s %11s %11s %11s %11s %9s %10s %5s %8s %7s %10s%s%s\n",
+      std::fprintf(out, "%-5s %-8s %-10s %3zu %11s %11s %11s %11s %11s %9s %10s %5s %9s %8s %7s %10s%s%s\n",
                    g.transport.c_str(), size.c_str(), r.name.c_str(), r.samples.size(),
                    duration_text(r.blocked_median_s).c_str(), duration_text(r.blocked_p99_s).c_str(),
                    duration_text(r.blocked_max_s).c_str(), duration_text(r.call_median_s).c_str(),
                    duration_text(r.call_max_s).c_str(), gbps_text(r.pull_gbps_median).c_str(),
                    duration_text(r.pull_median_s).c_str(), percent_text(r.pull_busy).c_str(),
+                   std::isfinite(r.process_cores)
+                       ? fmt::format("{:.2f}/{:.2f}", r.process_cores, r.machine_cores).c_str()
+                       : "-",
                    gbps_text(r.reader_gbps).c_str(),
                    std::isfinite(of_idle) ? fmt::format("{:.2f}x", of_idle).c_str() : "-",
                    r.name == "foreground" ? "-" : duration_text(r.staged_median_s).c_str(),

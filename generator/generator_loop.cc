@@ -24,15 +24,39 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+std::vector<std::uint64_t> round_task_seeds(const std::vector<TaskInStream>& tasks) {
+  std::vector<std::uint64_t> seeds;
+  for (const TaskInStream& task : tasks) seeds.push_back(task.seed);
+  return seeds;
+}
+
 }  // namespace
 
 GeneratorLoop::GeneratorLoop(GeneratorOptions options, policy::Transformer model, policy::PromptFormat format,
-                             loop::JsonlFile* metrics, loop::JsonlFile* timeline)
+                             loop::JsonlFile* metrics, loop::JsonlFile* timeline,
+                             rollout::TranscriptWriter* transcripts)
     : options_(std::move(options)),
       model_(std::move(model)),
       format_(std::move(format)),
       metrics_(metrics),
-      timeline_(timeline, "generator-" + std::to_string(options_.id)) {}
+      timeline_(timeline, "generator-" + std::to_string(options_.id)),
+      transcripts_(transcripts),
+      next_task_(options_.start.next_task),
+      next_round_(options_.start.next_round),
+      next_sequence_(options_.start.next_sequence) {}
+
+zorplex::Result<bool> GeneratorLoop::save_state() {
+  if (options_.state_file.empty()) return true;
+  GeneratorState state;
+  state.id = options_.id;
+  for (const rollout::TaskMix& mix : options_.tasks) state.tasks.push_back(rollout::task_mix_name(mix));
+  state.task_seed_base = options_.task_seed_base;
+  state.sampling_seed = options_.sampling_seed;
+  state.position = GeneratorPosition{next_task_, next_round_, next_sequence_};
+  auto saved = save_generator_state(options_.state_file, state);
+  if (!saved) return zorplex::Error{"saving the generator's state: " + saved.error().message};
+  return true;
+}
 
 GeneratorLoop::~GeneratorLoop() = default;
 
@@ -138,10 +162,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
       const weightsync::PullResult& r = pulled.value();
       auto widened = pull_target_->finish(model_);
       if (!widened) return widened.error();
-      if (first_on_connection) {
-        pace_base_version_ = r.version;
-        pace_sent_groups_ = 0;
-      }
+      if (first_on_connection) rebase_pacing(r.version);
       version_ = r.version;
       buffer_intact_ = true;
       ++totals_.pulls;
@@ -186,6 +207,12 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
   return Pulled{};
 }
 
+void GeneratorLoop::rebase_pacing(std::uint64_t version) {
+  pace_base_version_ = version;
+  pace_sent_groups_ = 0;
+  pace_base_pending_ = false;
+}
+
 zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& stop) {
   const auto deadline = Clock::now() + options_.trainer_timeout;
   while (!stop.load()) {
@@ -217,11 +244,7 @@ zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& sto
       auto installed = staged_->install_if_staged();
       if (!installed) return installed.error();
       if (!pace_base_pending_ || installed.value()) {
-        if (pace_base_pending_) {
-          pace_base_version_ = staged_->version();
-          pace_sent_groups_ = 0;
-          pace_base_pending_ = false;
-        }
+        if (pace_base_pending_) rebase_pacing(staged_->version());
         version_ = staged_->version();
         return true;
       }
@@ -230,17 +253,13 @@ zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& sto
     auto installed = staged_->wait_and_install(std::chrono::milliseconds(500));
     if (!installed) return installed.error();
     if (installed.value()) {
-      pace_base_version_ = staged_->version();
-      pace_sent_groups_ = 0;
-      pace_base_pending_ = false;
+      rebase_pacing(staged_->version());
       version_ = staged_->version();
       return true;
     }
     if (staged_->version() != 0 && staged_->status().ok()) {
       // Reconnected, nothing newer yet: go on with the version installed.
-      pace_base_version_ = staged_->version();
-      pace_sent_groups_ = 0;
-      pace_base_pending_ = false;
+      rebase_pacing(staged_->version());
       return true;
     }
     if (Clock::now() >= deadline) {
@@ -317,6 +336,8 @@ zorplex::Result<bool> GeneratorLoop::send(const algorithms::TrajectoryGroup& gro
 zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& stop) {
   if (options_.tasks.empty())
     return zorplex::Error{"no task kind to sample (GeneratorOptions::tasks is empty)"};
+  // The position is on disk before the first round: --resume always finds a state.
+  if (auto saved = save_state(); !saved) return saved.error();
   channel::ChannelOptions channel_options;
   channel_options.secret = options_.secret;
   auto sender = channel::GroupSender::connect(options_.trajectory_endpoint, channel_options);
@@ -324,9 +345,9 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
   sender_ = std::move(sender).value();
 
   const auto run_start = Clock::now();
-  for (std::uint64_t round = 0; !stop.load(); ++round) {
-    if (options_.max_rounds > 0 && round >= static_cast<std::uint64_t>(options_.max_rounds)) break;
-    if (!options_.sync && options_.groups_per_version > 0 && round > 0) {
+  for (std::uint64_t rounds_run = 0; !stop.load(); ++rounds_run) {
+    if (options_.max_rounds > 0 && rounds_run >= static_cast<std::uint64_t>(options_.max_rounds)) break;
+    if (!options_.sync && options_.groups_per_version > 0 && rounds_run > 0) {
       auto allowed = wait_for_allowance(stop);
       if (!allowed) return allowed.error();
     }
@@ -337,11 +358,12 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
       if (!ready.value()) break;
     }
     if (!staged_) {
-      auto pulled = pull_newest(options_.sync || round == 0, stop);
+      auto pulled = pull_newest(options_.sync || rounds_run == 0, stop);
       if (!pulled) return pulled.error();
       pulled_now = pulled.value();
     }
     if (stop.load()) break;
+    const std::uint64_t round = next_round_++;
 
     // The round: one batch of --prompts prompts, and with the dynamic filter
     // further batches until --prompts groups carry a signal or the
@@ -360,28 +382,57 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
     algorithms::stamp_round(usable);
 
     std::uint64_t latest = std::max(version_, newest_version().value_or(version_));
-    const double send_start = loop::wall_clock_seconds();
-    std::uint64_t sent_now = 0;
-    for (algorithms::TrajectoryGroup& group : usable.groups) {
-      if (stop.load()) break;
+    for (std::size_t p = 0; p < usable.groups.size(); ++p) {
+      algorithms::TrajectoryGroup& group = usable.groups[p];
       group.version_end = std::max(latest, version_);
       group.generator = options_.id;
-      group.sequence = totals_.groups_sent;
-      if (sent_now == 0 && pulled_now.pulled) {
+      group.sequence = next_sequence_ + p;
+      if (p == 0 && pulled_now.pulled) {
         group.pull_seconds = pulled_now.seconds;
         group.pull_bytes = pulled_now.bytes;
       }
+    }
+    const double send_start = loop::wall_clock_seconds();
+    std::size_t sent_groups = 0;
+    for (const algorithms::TrajectoryGroup& group : usable.groups) {
+      if (stop.load()) break;
       auto sent = send(group, stop);
       if (!sent) return sent.error();
       if (!sent.value()) break;
+      ++sent_groups;
       ++totals_.groups_sent;
-      ++sent_now;
       // Pacing counts sent groups: the trainer's batch is the groups it gets
       // (with the filter on, those with a signal; off, every group).
       ++pace_sent_groups_;
     }
+    // Sequences stay unique: an unsent group's number is not reused.
+    next_sequence_ += usable.groups.size();
     const double send_end = loop::wall_clock_seconds();
     if (send_end - send_start > 0.01) timeline_.span("send", send_start, send_end);
+    if (transcripts_ != nullptr) {
+      // Every trajectory sampled: the groups sent, then the ones filtered.
+      auto write = [&](const algorithms::TrajectoryGroup& group, bool sent) {
+        rollout::TranscriptContext context;
+        context.generator = options_.id;
+        context.round = round;
+        context.group_sequence = group.sequence;
+        context.task_seed = group.task_seed;
+        context.data_epoch = tally.data_epochs[group.task_seed];
+        context.task_index = group.task_index;
+        context.temperature = group.temperature;
+        context.sent = sent;
+        // Pulled between rounds, every token has the round's version.
+        if (!staged_) context.version = tally.version;
+        for (std::size_t g = 0; g < group.trajectories.size(); ++g) {
+          context.index_in_group = g;
+          transcripts_->add(rollout::transcript_line(context, group.trajectories[g]));
+        }
+      };
+      for (std::size_t p = 0; p < usable.groups.size(); ++p) write(usable.groups[p], p < sent_groups);
+      for (const algorithms::TrajectoryGroup& group : usable.filtered) write(group, false);
+      transcripts_->flush();
+    }
+    if (auto saved = save_state(); !saved) return saved.error();
     ++totals_.rounds;
     if (staged_) totals_.pulls = staged_->stats().installs;
     totals_.trajectories += tally.trajectories;
@@ -396,6 +447,8 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
                        {"trajectories", tally.trajectories},
                        {"operators", tally.operators},
                        {"carries_in", tally.carries},
+                       {"task_seeds", round_task_seeds(tally.tasks)},
+                       {"data_epoch", tally.tasks.empty() ? 0 : tally.tasks.front().data_epoch},
                        {"tokens", tally.tokens},
                        {"generation_seconds", tally.generation_seconds},
                        {"tokens_per_second", tally.tokens / std::max(tally.generation_seconds, 1e-9)},
@@ -406,21 +459,20 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
                        {"batches", usable.batches},
                        {"groups_filtered", usable.groups_filtered},
                        {"trajectories_filtered", usable.trajectories_filtered},
-                       {"groups_sent", sent_now},
+                       {"groups_sent", sent_groups},
                        {"cap_hit", usable.cap_hit},
                        {"send_seconds", send_end - send_start},
                        {"time", send_end}});
     }
     std::printf(
         "generator %u: round %llu  version %llu  %llu episodes  reward %.3f  correct %.2f  %.0f tok/s  "
-        "prompts %llu  filtered %llu  sent %llu%s  elapsed %.0fs\n",
+        "prompts %llu  filtered %llu  sent %zu%s  elapsed %.0fs\n",
         options_.id, static_cast<unsigned long long>(round), static_cast<unsigned long long>(version_),
         static_cast<unsigned long long>(tally.trajectories), tally.reward_sum / n, tally.correct / n,
         tally.tokens / std::max(tally.generation_seconds, 1e-9),
         static_cast<unsigned long long>(usable.prompts_sampled),
-        static_cast<unsigned long long>(usable.groups_filtered), static_cast<unsigned long long>(sent_now),
-        usable.cap_hit ? " (over-sampling cap hit: fewer groups than --prompts)" : "",
-        seconds_since(run_start));
+        static_cast<unsigned long long>(usable.groups_filtered), sent_groups,
+        usable.cap_hit ? " (over-sampling cap hit: fewer groups than --prompts)" : "", seconds_since(run_start));
     std::fflush(stdout);
   }
   return totals_;
@@ -435,14 +487,15 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> GeneratorLoop::sample_
   // toolboxes the requests borrow, so they live until the rollouts end.
   std::vector<zorplex::TaskGenerator> sources;
   sources.reserve(static_cast<std::size_t>(prompts));
-  std::vector<std::uint64_t> task_seeds;
+  std::vector<TaskInStream> task_seeds;
   std::vector<rollout::RolloutRequest> requests;
   for (int p = 0; p < prompts; ++p) {
     const rollout::TaskMix& kind = options_.tasks[next_task_ % options_.tasks.size()];
-    const std::uint64_t seed = static_cast<std::uint64_t>(options_.task_seed_base) +
-                               std::uint64_t{options_.id} * 1000000u + next_task_++;
-    task_seeds.push_back(seed);
-    sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(seed));
+    const TaskInStream task = task_in_stream(options_.task_seed_base, options_.id, next_task_++);
+    task_seeds.push_back(task);
+    tally.tasks.push_back(task);
+    tally.data_epochs[task.seed] = task.data_epoch;
+    sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(task.seed));
   }
   std::vector<std::uint64_t> task_indices;
   for (int p = 0; p < prompts; ++p) {
@@ -506,7 +559,7 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> GeneratorLoop::sample_
       oldest = std::min(oldest, staged_ ? t.oldest_version() : batch_version);
     }
     group.version_start = oldest;
-    group.task_seed = task_seeds[static_cast<std::size_t>(p)];
+    group.task_seed = task_seeds[static_cast<std::size_t>(p)].seed;
     group.task_index = task_indices[static_cast<std::size_t>(p)];
     group.generation_seconds = generation_seconds / prompts;
     group.temperature = rollout_options.sampling.temperature;

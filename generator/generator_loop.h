@@ -6,7 +6,8 @@
 // - A round: (1) pull the newest version if it is newer than the one held
 //   (sync mode, and before the first round: wait for one); (2) draw
 //   `prompts` tasks from this generator's own seeded stream (task seed
-//   task_seed_base + id * 1,000,000 + n; task n is of kind tasks[n %
+//   task_seed_base + id * 1,000,000 + n mod 1,000,000, data epoch n /
+//   1,000,000: generator_state.h; task n is of kind tasks[n %
 //   tasks.size()], so a mix alternates) and sample `group_size` episodes of
 //   each at `temperature`; with dynamic_filter on, a group whose rewards
 //   are all equal is not sent and more prompts are sampled until `prompts`
@@ -52,22 +53,38 @@
 //   model straight in device memory (loop::policy_destination; the library
 //   stages through page-locked host chunks unless the transport writes device
 //   memory itself), and the pull line's "staged" says which.
+// - Position in the task stream (generator/generator_state.h): run() starts
+//   at options.start (task, round, group sequence; all 0 for a new stream,
+//   a saved state's with --resume) and, when options.state_file is set,
+//   saves the position there at start-up and after every round, a round cut
+//   short by a stop included (its tasks were drawn: a resumed run never
+//   draws them again). A generator killed mid-round resumes at that round's
+//   start, so it may repeat the groups of that one round it had sent. A
+//   state file that cannot be written ends run() with an Error (resuming
+//   from a stale one would repeat prompts). options.max_rounds counts the
+//   rounds of this run().
+// - Transcripts (rollout/transcript_writer.h; transcripts may be null): one
+//   line per sampled trajectory, unsent ones too ("sent": false), flushed
+//   at the end of each round, before the state is saved.
 // - Threads: run() on one thread; the model uses torch's intra-op threads.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "algorithms/replay_buffer.h"
+#include "generator/generator_state.h"
 #include "loop/run_log.h"
 #include "policy/transformer.h"
 #include "rollout/demonstrations.h"
 #include "rollout/rollout.h"
+#include "rollout/transcript_writer.h"
 #include "zorplex/result.h"
 
 namespace weightsync {
@@ -107,7 +124,11 @@ struct GeneratorOptions {
   int carry_candidates = 1;
   std::int64_t task_seed_base = 200000;
   std::uint64_t sampling_seed = 1;
-  int max_rounds = 0;  // 0: until stopped
+  int max_rounds = 0;  // rounds of this run(); 0: until stopped
+  // Where the task stream starts (a saved state's position with --resume).
+  GeneratorPosition start;
+  // Saved here after every round (generator/generator_state.h); empty: nowhere.
+  std::string state_file;
   // async pacing (AReaL's staleness control at the source): this
   // generator's share of the groups of one trainer step; it starts a round
   // only while the groups it sent since it connected, plus this round's,
@@ -141,9 +162,11 @@ struct GeneratorTotals {
 class GeneratorLoop {
  public:
   // model: built from the starting checkpoint (its config and prompt format);
-  // its buffer is overwritten by every pull. metrics/timeline may be null.
+  // its buffer is overwritten by every pull. metrics, timeline and
+  // transcripts may be null; they are borrowed and must outlive run().
   GeneratorLoop(GeneratorOptions options, policy::Transformer model, policy::PromptFormat format,
-                loop::JsonlFile* metrics, loop::JsonlFile* timeline);
+                loop::JsonlFile* metrics, loop::JsonlFile* timeline,
+                rollout::TranscriptWriter* transcripts = nullptr);
   ~GeneratorLoop();
 
   zorplex::Result<GeneratorTotals> run(const std::atomic<bool>& stop);
@@ -165,6 +188,8 @@ class GeneratorLoop {
     int correct = 0;
     std::string operators;  // each prompt's operator ('.' for kinds without one)
     int carries = 0;
+    std::vector<TaskInStream> tasks;                         // every prompt sampled, in order
+    std::map<std::uint64_t, std::uint64_t> data_epochs;      // by task seed, for transcripts
   };
   zorplex::Result<bool> connect(const std::atomic<bool>& stop);
   // One batch of a round: the next `prompts` prompts of this generator's task
@@ -180,18 +205,23 @@ class GeneratorLoop {
   // In-flight mode: (re)connects the staged policy, and before the first
   // round of a connection waits for a version; false when stopped.
   zorplex::Result<bool> prepare_staged(const std::atomic<bool>& stop);
+  // The first version of a connection: pacing counts versions and groups from here.
+  void rebase_pacing(std::uint64_t version);
   bool staged_mode() const {
     return staged_ != nullptr || (!options_.sync && options_.staged_updates && !narrow_wire_);
   }
   // The newest version known (pacing, version_end), or nullopt if the trainer is unreachable now.
   std::optional<std::uint64_t> newest_version();
   void wait_for_newer(std::uint64_t than);
+  // Saves the stream position to options_.state_file (if set).
+  zorplex::Result<bool> save_state();
 
   GeneratorOptions options_;
   policy::Transformer model_;
   policy::PromptFormat format_;
   loop::JsonlFile* metrics_;
   loop::Timeline timeline_;
+  rollout::TranscriptWriter* transcripts_;
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<weightsync::Subscriber> subscriber_;
   // Where pulls land: the model's buffer, or a narrow image widened into it
@@ -203,7 +233,9 @@ class GeneratorLoop {
   bool pace_base_pending_ = false;  // in-flight mode: the first install of a connection sets the pace base
   std::uint64_t version_ = 0;       // the version in the model's buffer; 0 before the first pull
   bool buffer_intact_ = true;       // false after a failed pull until one succeeds
-  std::uint64_t next_task_ = 0;
+  std::uint64_t next_task_ = 0;      // the next task of the stream (options_.start on entry)
+  std::uint64_t next_round_ = 0;     // the round counter, also the sampling seed's position
+  std::uint64_t next_sequence_ = 0;  // the next group's TrajectoryGroup::sequence
   std::uint64_t pace_base_version_ = 0;  // first version pulled on this connection
   std::uint64_t pace_sent_groups_ = 0;   // groups sent on this connection
   GeneratorTotals totals_;

@@ -13,6 +13,10 @@
 // --device cuda keeps the policy on the GPU and pulls straight into its device
 // buffer; it checks at start-up that libtorch and libweightsync can both use
 // a GPU, and otherwise exits 1 naming why, before any other work.
+// --out keeps generator-K-state.json, the generator's place in its task
+// stream (generator/generator_state.h), saved after every round; --resume
+// continues from it. --transcripts FILE|DIR writes every sampled trajectory
+// as a JSON line (rollout/transcript_writer.h).
 // Exit codes: 0 stopped (signal or --rounds reached), 1 a failure (lost
 // trainer past --trainer-timeout, bad checkpoint, ...), 2 bad usage.
 #include <CLI/CLI.hpp>
@@ -27,12 +31,14 @@
 #include <vector>
 
 #include "generator/generator_loop.h"
+#include "generator/generator_state.h"
 #include "generator/weight_source.h"
 #include "loop/device.h"
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
 #include "policy/cpu_threads.h"
 #include "policy/safetensors.h"
+#include "rollout/transcript_writer.h"
 
 namespace {
 
@@ -130,7 +136,22 @@ int main(int argc, char** argv) try {
                  "With --dynamic-filter on: a round samples at most this many times --prompts prompts, then "
                  "sends the usable groups it has (fewer than --prompts: the round's line says so)")
       ->check(CLI::Range(1, 64));
-  app.add_option("--out", out_dir, "Folder for generator-K.jsonl (metrics) and timeline-generator-K.jsonl");
+  app.add_option("--out", out_dir,
+                 "Folder for generator-K.jsonl (metrics), timeline-generator-K.jsonl and generator-K-state.json "
+                 "(its place in the task stream, saved after every round)");
+  bool resume = false;
+  app.add_flag("--resume", resume,
+               "Continue the task stream (next task, round, sampling seed, group sequence) from "
+               "OUT/generator-K-state.json instead of starting at task 0; needs --out. A missing or corrupt "
+               "file, or one of another --id, --task list, --task-seed-base or --seed, is an error");
+  std::string transcripts_arg;
+  app.add_option("--transcripts", transcripts_arg,
+                 "Append every sampled trajectory as one JSON line to FILE, or to "
+                 "DIR/transcripts-generator-K.jsonl for a folder: ids, round, group, task seed, kind, "
+                 "prompt, each turn's model text, tool calls and tool result, reward, correct, oldest and "
+                 "newest version, tokens, temperature; flushed after every round. A line is 1-2 KB here, "
+                 "at most about 1 KB + 18 bytes per token of the model's context (off by default)")
+      ->type_name("FILE|DIR");
   app.add_option("--threads", threads, "Torch CPU threads")->check(CLI::Range(1, 256));
   app.add_option("--device", device_name,
                  "Where the policy samples: cpu, or cuda (the first visible GPU; pulls land in device "
@@ -175,6 +196,32 @@ int main(int argc, char** argv) try {
   } else {
     std::printf("generator %u: dynamic filter off: every group is sent\n", options.id);
   }
+  if (resume && out_dir.empty()) {
+    std::fprintf(stderr, "generator: --resume needs --out (the folder with generator-K-state.json)\n");
+    return 2;
+  }
+  if (!out_dir.empty()) {
+    options.state_file = generator::generator_state_file(out_dir, options.id);
+    generator::GeneratorState wanted;
+    wanted.id = options.id;
+    for (const rollout::TaskMix& mix : options.tasks) wanted.tasks.push_back(rollout::task_mix_name(mix));
+    wanted.task_seed_base = options.task_seed_base;
+    wanted.sampling_seed = options.sampling_seed;
+    if (resume) {
+      auto saved = generator::load_generator_state(options.state_file);
+      if (!saved) return fail(saved.error().message);
+      auto same = generator::check_same_stream(saved.value(), wanted, options.state_file);
+      if (!same) return fail(same.error().message);
+      options.start = saved.value().position;
+      std::printf("generator %u: resuming its task stream at task %llu (data epoch %llu), round %llu\n",
+                  options.id, static_cast<unsigned long long>(options.start.next_task),
+                  static_cast<unsigned long long>(options.start.next_task / generator::kTasksPerGenerator),
+                  static_cast<unsigned long long>(options.start.next_round));
+    } else if (std::filesystem::exists(options.state_file)) {
+      std::printf("generator %u: starting its task stream at task 0 (--resume would continue %s)\n",
+                  options.id, options.state_file.c_str());
+    }
+  }
 
   policy::configure_cpu_threads(threads);
   std::signal(SIGINT, on_signal);
@@ -202,8 +249,16 @@ int main(int argc, char** argv) try {
     timeline = std::move(t).value();
   }
 
+  std::unique_ptr<rollout::TranscriptWriter> transcripts;
+  if (!transcripts_arg.empty()) {
+    auto opened = rollout::TranscriptWriter::open(rollout::transcripts_file(transcripts_arg, options.id));
+    if (!opened) return fail(opened.error().message);
+    transcripts = std::move(opened).value();
+    std::printf("generator %u: transcripts to %s\n", options.id, transcripts->path().c_str());
+  }
+
   generator::GeneratorLoop loop_(options, std::move(model).value(), format.value(), metrics.get(),
-                                 timeline.get());
+                                 timeline.get(), transcripts.get());
   auto totals = loop_.run(g_stop);
   if (!totals) return fail(totals.error().message);
   std::printf("generator %u: stopped after %llu rounds, %llu groups sent, %llu pulls, %llu reconnects\n",

@@ -6,12 +6,19 @@
 #
 # Usage: scripts/rl-run.sh --start SFT_DIR --out DIR [--mode sync|async]
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
-#          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume]
+#          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume] [--transcripts]
 #          [--task KIND[:DIFFICULTY][,KIND[:DIFFICULTY]...]] [--carry-candidates N]
 #          [--trainer-cpus LIST --generator-cpus LIST] [--in-flight-updates on|off] [--dynamic-filter on|off]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [--sign] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
+# --resume: the trainer continues from its checkpoint in DIR and every
+# generator from its place in its task stream (DIR/generator-K-state.json),
+# so no prompt is drawn twice; a generator whose state file is missing,
+# corrupt or from other flags stops with the reason.
+# --transcripts: every generator writes each trajectory it samples as a JSON
+# line to DIR/transcripts-generator-K.jsonl (prompt, turns, tool calls and
+# results, reward, versions; 1-2 KB a line).
 # --task: what the generators sample (default compositional:easy, e.g.
 # compositional:medium; a comma-separated list alternates prompt by prompt,
 # e.g. compositional:easy,compositional:medium); the trainer's held-out
@@ -61,6 +68,7 @@ build="${WEIGHTSYNC_BUILD_DIR:-$root/build}"
 all_args=("$@")
 
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
+transcripts=""
 in_flight=() device=cpu hosts="" host_rate="" topology=flat sign="" seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
 extra=() dynamic_filter=""
 while [ $# -gt 0 ]; do
@@ -83,6 +91,7 @@ while [ $# -gt 0 ]; do
     --trainer-cpus) trainer_cpus="$2"; shift 2 ;;
     --generator-cpus) generator_cpus="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
+    --transcripts) transcripts=1; shift ;;
     --hosts) hosts=1; shift ;;
     --host-rate) host_rate="$2"; shift 2 ;;
     --topology) topology="$2"; shift 2 ;;
@@ -194,6 +203,9 @@ if [ -n "$sign" ]; then
     "generators and relays check it against $out/trainer-pub.pem"
 fi
 
+transcript_args=()
+[ -z "$transcripts" ] || transcript_args=(--transcripts "$out")
+
 # async: each generator sends its share of a step's groups and may run two
 # steps ahead of the trainer (generator --groups-per-version, --max-ahead).
 share=$(( (batch_groups + generators - 1) / generators ))
@@ -249,7 +261,8 @@ for id in $(seq 0 $((generators - 1))); do
   fi
   (run_on "$node" "${generator_pin[@]}" "${generator_env[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" --dynamic-filter "$dynamic_filter" "${in_flight[@]}" "${relay[@]}" "${seed_args[@]}") \
+    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" $resume --dynamic-filter "$dynamic_filter" \
+    "${transcript_args[@]}" "${in_flight[@]}" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)
 done

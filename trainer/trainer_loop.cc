@@ -356,9 +356,9 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_b
   const algorithms::ReplayCounters& counters = buffer_.counters();
   std::size_t consumed = 0;
   while (!stop.load()) {
-    const std::uint64_t before = counters.groups_served + counters.groups_dropped_zero_variance;
+    const std::uint64_t before = counters.groups_consumed;
     for (algorithms::TrajectoryGroup& g : buffer_.take(want - consumed, version_)) batch.push_back(std::move(g));
-    consumed += static_cast<std::size_t>(counters.groups_served + counters.groups_dropped_zero_variance - before);
+    consumed += static_cast<std::size_t>(counters.groups_consumed - before);
     if (consumed >= want) break;
     if (steady_seconds() - last_arrival_ > options_.idle_timeout_s) {
       return zorplex::Error{"no trajectories for " +
@@ -430,8 +430,10 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
       }
       report = updated.value();
     } else {
-      std::printf("trainer: no usable group for version %llu (all zero-variance); publishing it unchanged\n",
-                  static_cast<unsigned long long>(version_));
+      std::printf(
+          "trainer: no usable group for version %llu (all zero-variance or below --min-group-size); "
+          "publishing it unchanged\n",
+          static_cast<unsigned long long>(version_));
     }
     const double train_end = loop::wall_clock_seconds();
     timeline_.span("train", train_start, train_end, {{"version", version_}, {"trajectories", used.size()}});
@@ -482,6 +484,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"staleness_max", staleness_max},
                      {"dropped",
                       {{"zero_variance_groups", counters.groups_dropped_zero_variance},
+                       {"undersized_groups", counters.groups_dropped_undersized},
+                       {"undersized_trajectories", counters.trajectories_dropped_undersized},
                        {"stale_groups", counters.groups_dropped_stale},
                        {"overflow_groups", counters.groups_dropped_overflow},
                        {"off_version_groups", dropped_off_version_},

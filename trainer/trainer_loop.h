@@ -19,7 +19,8 @@
 //   * async: consumes the next batch_groups groups from the replay buffer,
 //     waiting for more as needed, and trains on the usable ones among them:
 //     a step stands for as many sampled groups as a sync round of
-//     batch_groups prompts (zero-variance groups count, stale ones do not).
+//     batch_groups prompts (zero-variance and undersized groups count, stale
+//     ones do not).
 //   Groups sampled with a version newer than the current one (from before a
 //   trainer restart) or, in sync, with any other version are dropped and
 //   counted; so are groups sampled at another temperature than the trainer's
@@ -27,11 +28,13 @@
 //   with one line on stderr per generator saying what to change; so are
 //   groups whose generator filtered zero-variance groups while this trainer
 //   keeps them (!replay.drop_zero_variance: algorithms::accept_filtered,
-//   "--dynamic-filter off"); the replay buffer drops stale and zero-variance
-//   groups and counts them. Every step's line reports the trajectories
+//   "--dynamic-filter off"); the replay buffer drops stale, undersized
+//   (below replay.min_group_size) and zero-variance groups and counts them
+//   (the step line's "dropped"). Every step's line reports the trajectories
 //   sampled (of the groups consumed, plus what their generators filtered
-//   before sending them), filtered and trained. Then one RlUpdater step at the scheduled learning rate, version + 1, publish, one metrics
-//   line (trainer.jsonl) and timeline spans. Versions only increase.
+//   before sending them), filtered and trained. Then one RlUpdater step at
+//   the scheduled learning rate, version + 1, publish, one metrics line
+//   (trainer.jsonl) and timeline spans. Versions only increase.
 // - Publishing, by the model's device. CPU: Publisher::publish(), one copy
 //   into a slot, committed before publish() returns; one "publish" line.
 //   CUDA: Publisher::publish_from_device() enqueues the copy (ordered after
@@ -136,8 +139,8 @@ struct TrainerSummary {
   int steps = 0;
   std::uint64_t version = 0;
   std::uint64_t trajectories_trained = 0;
-  // Of the groups the steps consumed, zero-variance ones too, plus what the
-  // generators filtered before sending them.
+  // Of the groups the steps consumed, zero-variance and undersized ones too,
+  // plus what the generators filtered before sending them.
   std::uint64_t trajectories_sampled = 0;
   std::uint64_t trajectories_filtered = 0;  // by the generators' dynamic filter
   std::uint64_t trajectories_received = 0;

@@ -1,8 +1,9 @@
-// trainer: the RL trainer. Improves the Zorplex policy with REINFORCE, GRPO or
-// AReaL's decoupled PPO on trajectories from generator processes, and
+// trainer: the RL trainer. Improves the Zorplex policy with REINFORCE, GRPO,
+// RLOO or AReaL's decoupled PPO on trajectories from generator processes, and
 // publishes every new version through libweightsync.
 //
-//   trainer --start DIR --out DIR [--mode sync|async] [--steps N] [--algorithm grpo|reinforce|decoupled] ...
+//   trainer --start DIR --out DIR [--mode sync|async] [--steps N]
+//           [--algorithm grpo|rloo|reinforce|decoupled] ...
 //   trainer --start DIR --out DIR --resume ...      continue from DIR's checkpoint
 //   trainer ... --device cuda                       the policy on the GPU (loop/device.h)
 //   trainer ... --wire-dtype bf16                   publish a bfloat16 image (float16: fp16)
@@ -67,8 +68,8 @@ int main(int argc, char** argv) try {
   std::string device_name = "cpu";
   std::string wire_dtype = "fp32";
   CLI::App app{
-      "RL trainer for the Zorplex policy: trains on generator trajectories (REINFORCE, GRPO or decoupled "
-      "PPO) and "
+      "RL trainer for the Zorplex policy: trains on generator trajectories (REINFORCE, GRPO, RLOO or "
+      "decoupled PPO) and "
       "publishes every version through libweightsync. Started by scripts/rl-run.sh; see docs/rl_loop.md."};
   app.option_defaults()->always_capture_default();  // --help shows each default
   app.add_option("--start", start_dir,
@@ -84,10 +85,11 @@ int main(int argc, char** argv) try {
   app.add_option("--steps", options.steps, "Optimizer steps in total")->check(CLI::Range(1, 1000000));
   app.add_option(
          "--algorithm", options.algorithm,
-         "grpo (group-normalised advantages, PPO clip on behaviour log-probs), reinforce (baseline, no "
-         "ratio) or decoupled (AReaL: proximal log-probs from the current weights, capped behaviour "
-         "weight)")
-      ->check(CLI::IsMember({"grpo", "reinforce", "decoupled"}));
+         "grpo (group-normalised advantages, PPO clip on behaviour log-probs), rloo (Marin's: "
+         "leave-one-out advantages, r minus the mean of the other rewards of its group, not normalised, "
+         "PPO clip; needs groups of 2 or more), reinforce (baseline, no ratio) or decoupled (AReaL: "
+         "proximal log-probs from the current weights, capped behaviour weight)")
+      ->check(CLI::IsMember({"grpo", "rloo", "reinforce", "decoupled"}));
   app.add_option("--baseline", baseline, "reinforce's baseline: group (group mean) or running (running mean)")
       ->check(CLI::IsMember({"group", "running"}));
   app.add_option("--lr", lr, "Peak learning rate (AdamW)")->check(CLI::Range(0.0, 1.0));
@@ -126,6 +128,13 @@ int main(int argc, char** argv) try {
   app.add_flag("--keep-zero-variance", keep_zero_variance,
                "Train on groups whose rewards are all equal too (always so with --baseline running, "
                "where they carry signal)");
+  std::size_t min_group_size = 2;
+  CLI::Option* min_group_size_option =
+      app.add_option("--min-group-size", min_group_size,
+                     "Drop (and count) groups of fewer trajectories: a group-relative advantage from one "
+                     "trajectory carries no signal. Default 2, or 1 with --baseline running (r - b carries "
+                     "signal in a group of one); rloo needs 2 or more")
+          ->check(CLI::Range(1, 4096));
   app.add_option("--round-timeout", options.round_timeout_s,
                  "sync: seconds after a round's first group to wait for the other generators");
   app.add_option("--idle-timeout", options.idle_timeout_s,
@@ -171,8 +180,14 @@ int main(int argc, char** argv) try {
   options.sync = mode == "sync";
   if (options.sync) options.replay.max_staleness = 0;
   options.update.lr = lr;
-  auto chosen = trainer::apply_algorithm_choice(
-      trainer::AlgorithmChoice{options.algorithm, baseline, clip, weight_cap, keep_zero_variance}, options);
+  trainer::AlgorithmChoice choice;
+  choice.algorithm = options.algorithm;
+  choice.baseline = baseline;
+  choice.clip = clip;
+  choice.behaviour_weight_cap = weight_cap;
+  choice.keep_zero_variance = keep_zero_variance;
+  if (min_group_size_option->count() > 0) choice.min_group_size = min_group_size;
+  auto chosen = trainer::apply_algorithm_choice(choice, options);
   if (!chosen) return fail(chosen.error().message);
   if (const char* secret = std::getenv("WEIGHTSYNC_SECRET")) options.secret = secret;
   options.publisher.bind_address = bind;
@@ -197,7 +212,8 @@ int main(int argc, char** argv) try {
                           {"prompts_per_round", options.prompts_per_round},
                           {"batch_groups", options.batch_groups},
                           {"max_staleness", options.replay.max_staleness},
-                          {"drop_zero_variance", options.replay.drop_zero_variance}};
+                          {"drop_zero_variance", options.replay.drop_zero_variance},
+                          {"min_group_size", options.replay.min_group_size}};
   settings["device"] = device_name;
   settings["wire_dtype"] = wire_dtype;
   options.options_json = settings.dump();

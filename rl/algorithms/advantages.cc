@@ -2,6 +2,7 @@
 #include "algorithms/advantages.h"
 
 #include <cmath>
+#include <string>
 
 namespace algorithms {
 
@@ -23,6 +24,22 @@ std::vector<double> group_advantages(const std::vector<double>& rewards, bool no
   variance /= static_cast<double>(rewards.size());
   const double scale = normalize ? 1.0 / (std::sqrt(variance) + eps) : 1.0;
   for (std::size_t i = 0; i < rewards.size(); ++i) out[i] = (rewards[i] - mean) * scale;
+  return out;
+}
+
+zorplex::Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards) {
+  if (rewards.size() < 2) {
+    return zorplex::Error{"leave-one-out (RLOO) advantages need a group of at least 2 trajectories, got " +
+                          std::to_string(rewards.size()) +
+                          ": the baseline is the mean of the others (keep --min-group-size at 2 or more, "
+                          "or sample more episodes per prompt with the generators' --group-size)"};
+  }
+  std::vector<double> out(rewards.size(), 0.0);
+  if (zero_variance(rewards)) return out;
+  double sum = 0.0;
+  for (double r : rewards) sum += r;
+  const double others = static_cast<double>(rewards.size() - 1);
+  for (std::size_t i = 0; i < rewards.size(); ++i) out[i] = rewards[i] - (sum - rewards[i]) / others;
   return out;
 }
 

@@ -14,7 +14,6 @@ zorplex::Result<FilledRound> fill_round(const DynamicFilterOptions& options, con
   const std::uint64_t wanted = static_cast<std::uint64_t>(std::max(options.prompts, 1));
   const std::uint64_t cap =
       options.enabled ? wanted * static_cast<std::uint64_t>(std::max(options.oversample_cap, 1)) : wanted;
-  std::vector<TrajectoryGroup> last_filtered;  // the round's last zero-variance group, kept if none is usable
   while (round.groups.size() < wanted && round.prompts_sampled < cap) {
     const std::uint64_t ask = std::min(wanted - round.groups.size(), cap - round.prompts_sampled);
     auto batch = sample(static_cast<int>(ask));
@@ -25,8 +24,7 @@ zorplex::Result<FilledRound> fill_round(const DynamicFilterOptions& options, con
       if (options.enabled && zero_variance(group.rewards())) {
         ++round.groups_filtered;
         round.trajectories_filtered += group.trajectories.size();
-        last_filtered.clear();
-        last_filtered.push_back(std::move(group));
+        round.filtered.push_back(std::move(group));
         continue;
       }
       round.groups.push_back(std::move(group));
@@ -34,12 +32,13 @@ zorplex::Result<FilledRound> fill_round(const DynamicFilterOptions& options, con
     if (batch.value().size() < ask) break;  // stopped mid-round
   }
   round.cap_hit = options.enabled && round.groups.size() < wanted && round.prompts_sampled >= cap;
-  if (round.groups.empty() && !last_filtered.empty()) {
+  if (round.groups.empty() && !round.filtered.empty()) {
     // None usable within the cap: send the last one anyway, so the trainer
     // hears from this round (its buffer drops it as zero-variance).
     --round.groups_filtered;
-    round.trajectories_filtered -= last_filtered.front().trajectories.size();
-    round.groups.push_back(std::move(last_filtered.front()));
+    round.trajectories_filtered -= round.filtered.back().trajectories.size();
+    round.groups.push_back(std::move(round.filtered.back()));
+    round.filtered.pop_back();
   }
   return round;
 }

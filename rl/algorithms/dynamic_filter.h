@@ -23,6 +23,7 @@
 //     counts (everything filtered since the previous sent group: a round
 //     always sends), the others 0; every group carries round_groups, the
 //     number of groups its round sends.
+//   * The filtered groups themselves are in `filtered` (for transcripts).
 //   * sample() returning an Error ends the round with it; returning fewer
 //     groups than asked (stopped) ends the round with what it has.
 // - accept_filtered(group, trainer_keeps_zero_variance): the trainer's check.
@@ -52,6 +53,7 @@ struct DynamicFilterOptions {
 
 struct FilledRound {
   std::vector<TrajectoryGroup> groups;  // to send, in sampling order
+  std::vector<TrajectoryGroup> filtered;  // not to send (transcripts), in sampling order
   std::uint64_t prompts_sampled = 0;
   std::uint64_t batches = 0;
   std::uint64_t groups_filtered = 0;

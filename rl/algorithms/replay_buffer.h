@@ -1,5 +1,6 @@
 // algorithms/replay_buffer.h: the trainer's buffer of trajectory groups, with
-// AReaL's staleness limit and the zero-variance filter of DAPO/SLIME.
+// AReaL's staleness limit, Marin's minimum group size and the zero-variance
+// filter of DAPO/SLIME.
 //
 // Contract
 // - The unit is a group: the G trajectories a generator sampled for one
@@ -12,14 +13,22 @@
 // - take(n, current_version): first drops every queued group with
 //   current_version - version_start > max_staleness (counted as stale, and
 //   its trajectories too), then consumes up to n groups, oldest first, and
-//   returns those with a learning signal. A group whose rewards are all equal
-//   carries none under group-relative advantages: with drop_zero_variance it
-//   is consumed, counted and not returned (DAPO/SLIME's filter). It still
-//   counts towards n, so a batch of n stands for n sampled groups whichever
-//   mode filled it: sync (a round of n prompts) and async (the next n groups
-//   to arrive) train on the same number of sampled trajectories. With the
-//   generators' dynamic filter on (algorithms/dynamic_filter.h) such groups
-//   are rarely sent, and this drop is a safety net.
+//   returns those with a learning signal. Two kinds carry none and are
+//   consumed, counted and not returned, in this order:
+//   * a group of fewer than min_group_size trajectories (Marin's minimum
+//     group size; default 2: a group-relative advantage from one trajectory
+//     is 0, and RLOO's is undefined); counted as undersized, its
+//     trajectories too. min_group_size 0 or 1 keeps every group;
+//   * with drop_zero_variance, a group whose rewards are all equal: under
+//     group-relative advantages its advantages are all 0 (DAPO/SLIME's
+//     filter).
+//   Both still count towards n, so a batch of n stands for n sampled groups
+//   whichever mode filled it: sync (a round of n prompts) and async (the
+//   next n groups to arrive) train on the same number of sampled
+//   trajectories. groups_consumed counts every group take consumed (served
+//   or dropped by either rule; not the stale ones). With the generators'
+//   dynamic filter on (algorithms/dynamic_filter.h) zero-variance groups are
+//   rarely sent, and this drop is a safety net.
 // - Counters say how many groups and trajectories came in and went where.
 // - One thread (the trainer's); no locking. Nothing fails.
 #pragma once
@@ -62,17 +71,21 @@ struct ReplayOptions {
   std::uint64_t max_staleness = 4;
   bool drop_zero_variance = true;
   std::size_t capacity_groups = 256;
+  std::size_t min_group_size = 2;  // fewer trajectories: dropped at take (0 or 1: none)
 };
 
 struct ReplayCounters {
   std::uint64_t groups_received = 0;
   std::uint64_t trajectories_received = 0;
   std::uint64_t groups_dropped_zero_variance = 0;
+  std::uint64_t groups_dropped_undersized = 0;  // fewer than min_group_size trajectories
+  std::uint64_t trajectories_dropped_undersized = 0;
   std::uint64_t groups_dropped_stale = 0;
   std::uint64_t trajectories_dropped_stale = 0;
   std::uint64_t groups_dropped_overflow = 0;
-  std::uint64_t groups_served = 0;  // returned by take (zero-variance ones not)
-  std::uint64_t trajectories_consumed = 0;  // of the groups take consumed: served or zero-variance
+  std::uint64_t groups_served = 0;    // returned by take (undersized and zero-variance ones not)
+  std::uint64_t groups_consumed = 0;  // taken off the queue by take: served, undersized or zero-variance
+  std::uint64_t trajectories_consumed = 0;  // of the groups take consumed
   // What the generators filtered before sending the groups take consumed
   // (TrajectoryGroup::filtered_groups, filtered_trajectories, summed).
   std::uint64_t groups_filtered_at_source = 0;

@@ -4,6 +4,8 @@
 //   rl-report --before EVAL.json --run sync=DIR --eval sync=EVAL.json
 //             --run async=DIR --eval async=EVAL.json --out report.json [--plots DIR]
 //   rl-report --summarize report.json        print it as a table
+//   rl-report --run off=DIR --run on=DIR --out report.json   runs only: no
+//             evaluations, no accuracy figures (any run names)
 //
 // A run folder holds what scripts/rl-run.sh writes: trainer.jsonl (publish
 // and step events), generator-K.jsonl (pull and round events) and
@@ -243,23 +245,37 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
           {"periodic_eval", periodic_eval}};
 }
 
+// The runs of a report: sync and async first (the demo's order), then any other name.
+std::vector<std::string> run_names(const json& report) {
+  std::vector<std::string> names;
+  for (const char* name : {"sync", "async"}) {
+    if (report.contains(name)) names.emplace_back(name);
+  }
+  for (const auto& [name, value] : report.items()) {
+    if (name != "sync" && name != "async" && value.is_object() && value.contains("wall_s")) names.push_back(name);
+  }
+  return names;
+}
+
 void print_summary(const json& report) {
-  const json& eval = report["eval"];
-  std::printf("evaluation: %d held-out %s tasks, seed %lld, greedy\n", eval.value("n", 0),
-              eval.value("kind", "").c_str(), static_cast<long long>(eval.value("seed", 0LL)));
-  std::printf("  %-12s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
-  for (const char* name : {"before", "after_sync", "after_async"}) {
-    if (!eval.contains(name)) continue;
-    const json& entry = eval[name];
-    std::printf("  %-12s %8.1f%% %7.1f%% %7.2f %6.2f\n", name, 100 * entry.value("accuracy", 0.0),
-                100 * entry.value("format_rate", 0.0), entry.value("avg_turns", 0.0),
-                entry.value("avg_tool_calls", 0.0));
+  const json eval = report.value("eval", json::object());
+  if (!eval.empty()) {
+    std::printf("evaluation: %d held-out %s tasks, seed %lld, greedy\n", eval.value("n", 0),
+                eval.value("kind", "").c_str(), static_cast<long long>(eval.value("seed", 0LL)));
+    std::printf("  %-12s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
+    for (const char* name : {"before", "after_sync", "after_async"}) {
+      if (!eval.contains(name)) continue;
+      const json& entry = eval[name];
+      std::printf("  %-12s %8.1f%% %7.1f%% %7.2f %6.2f\n", name, 100 * entry.value("accuracy", 0.0),
+                  100 * entry.value("format_rate", 0.0), entry.value("avg_turns", 0.0),
+                  entry.value("avg_tool_calls", 0.0));
+    }
   }
   std::printf("runs:\n  %-6s %6s %6s %8s %8s %8s %9s %11s %10s\n", "mode", "steps", "wall_s", "traj",
               "traj/s", "step_s", "stale", "pull_ms", "digests");
-  for (const char* name : {"sync", "async"}) {
-    if (!report.contains(name)) continue;
-    const json& r = report[name];
+  for (const std::string& run : run_names(report)) {
+    const char* name = run.c_str();
+    const json& r = report[run];
     std::printf(
         "  %-6s %6d %6.0f %8llu %8.2f %8.2f %5.2f/%-3llu %11.2f %5llu/%llu\n", name, r.value("steps", 0),
         r.value("wall_s", 0.0), static_cast<unsigned long long>(r.value("trajectories", 0ULL)),
@@ -268,9 +284,10 @@ void print_summary(const json& report) {
         static_cast<unsigned long long>(r.value("digests_matched", 0ULL)),
         static_cast<unsigned long long>(r.value("digests_checked", 0ULL)));
   }
-  for (const char* name : {"sync", "async"}) {
-    if (!report.contains(name) || report[name].value("blocked_updates", 0ULL) == 0) continue;
-    const json& r = report[name];
+  for (const std::string& run : run_names(report)) {
+    if (report[run].value("blocked_updates", 0ULL) == 0) continue;
+    const char* name = run.c_str();
+    const json& r = report[run];
     std::printf(
         "  %-6s generation blocked per update (%s): median %.3f ms, p99 %.3f ms, max %.3f ms over %llu\n",
         name, r.value("in_flight_updates", false) ? "in-flight installs" : "foreground pulls",
@@ -324,7 +341,7 @@ int main(int argc, char** argv) try {
   double required_accuracy = 0.90;
   std::string summarize;
   app.add_option("--summarize", summarize, "Print this report.json as a table and exit");
-  app.add_option("--before", before, "zorplex-eval --json of the starting policy");
+  app.add_option("--before", before, "zorplex-eval --json of the starting policy (needed for --eval and the accuracy figures)");
   app.add_option("--run", runs, "NAME=DIR of an RL run (repeatable)");
   app.add_option("--eval", evals, "NAME=FILE: zorplex-eval --json of that run's final policy (repeatable)");
   app.add_option("--out", out, "report.json to write");
@@ -336,32 +353,40 @@ int main(int argc, char** argv) try {
   if (!summarize.empty()) {
     std::ifstream in(summarize);
     const json report = json::parse(in, nullptr, false);
-    if (report.is_discarded() || !report.contains("eval")) {
+    if (report.is_discarded() || !report.contains("weight_sync")) {
       std::fprintf(stderr, "rl-report: %s is not a report.json\n", summarize.c_str());
       return 1;
     }
     print_summary(report);
     return 0;
   }
-  if (before.empty() || runs.empty() || out.empty()) {
-    std::fprintf(stderr, "rl-report: --before, --run and --out are required (or --summarize); see --help\n");
+  if (runs.empty() || out.empty()) {
+    std::fprintf(stderr, "rl-report: --run and --out are required (or --summarize); see --help\n");
+    return 2;
+  }
+  if (before.empty() && !evals.empty()) {
+    std::fprintf(stderr, "rl-report: --eval needs --before (the accuracy figures compare the two); see --help\n");
     return 2;
   }
 
-  std::ifstream before_file(before);
-  const json before_eval = json::parse(before_file, nullptr, false);
-  if (before_eval.is_discarded()) {
-    std::fprintf(stderr, "rl-report: %s is not an evaluation JSON file\n", before.c_str());
-    return 1;
+  // Without --before the report has the runs only: no evaluations, no accuracy figures.
+  json before_eval = json::object();
+  json report;
+  if (!before.empty()) {
+    std::ifstream before_file(before);
+    before_eval = json::parse(before_file, nullptr, false);
+    if (before_eval.is_discarded()) {
+      std::fprintf(stderr, "rl-report: %s is not an evaluation JSON file\n", before.c_str());
+      return 1;
+    }
+    const json settings = before_eval.value("settings", json::object());
+    report["eval"] = {{"n", before_eval.value("tasks", 0)},
+                      {"kind", settings.value("kind", "") + ":" + settings.value("difficulty", "")},
+                      {"seed", std::atoll(settings.value("seed", "0").c_str())},
+                      {"greedy", settings.value("temperature", "") == "0.000000"},
+                      {"before", eval_entry(before_eval)}};
   }
   if (!plots.empty()) std::filesystem::create_directories(plots);
-  const json settings = before_eval.value("settings", json::object());
-  json report;
-  report["eval"] = {{"n", before_eval.value("tasks", 0)},
-                    {"kind", settings.value("kind", "") + ":" + settings.value("difficulty", "")},
-                    {"seed", std::atoll(settings.value("seed", "0").c_str())},
-                    {"greedy", settings.value("temperature", "") == "0.000000"},
-                    {"before", eval_entry(before_eval)}};
   json weight_sync = json::object();
   std::vector<double> all_pulls;
   std::uint64_t total_pulls = 0;
@@ -412,11 +437,13 @@ int main(int argc, char** argv) try {
   const double step_median = median(step_medians);
   weight_sync["share_of_step"] = step_median > 0 ? median(all_pulls) / step_median : 0.0;
   report["weight_sync"] = weight_sync;
-  figures["required_accuracy"] = required_accuracy;
-  figures["error_before"] = 1.0 - before_eval.value("accuracy", 0.0);
+  if (!before.empty()) {
+    figures["required_accuracy"] = required_accuracy;
+    figures["error_before"] = 1.0 - before_eval.value("accuracy", 0.0);
+  }
   report["figures"] = figures;
 
-  if (!plots.empty()) {
+  if (!plots.empty() && report.contains("eval")) {
     // Greedy evaluation accuracies for the learning-curve plot.
     std::ofstream labels(plots + "/evals.gp");
     for (const auto& [name, entry] : report["eval"].items()) {

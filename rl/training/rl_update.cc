@@ -10,6 +10,32 @@
 
 namespace training {
 
+namespace {
+
+// One group's advantages under the chosen baseline (rl_update.h).
+zorplex::Result<std::vector<double>> advantages_of(const algorithms::TrajectoryGroup& group,
+                                                   const std::vector<double>& rewards,
+                                                   const RlUpdateOptions& options,
+                                                   const algorithms::RunningMeanBaseline& baseline) {
+  switch (options.baseline) {
+    case BaselineKind::kGroupMean: return algorithms::group_advantages(rewards, options.normalize_advantages);
+    case BaselineKind::kLeaveOneOut: {
+      auto leave_one_out = algorithms::leave_one_out_advantages(rewards);
+      if (!leave_one_out) {
+        return zorplex::Error{"group " + std::to_string(group.sequence) + " of generator " +
+                              std::to_string(group.generator) + ": " + leave_one_out.error().message};
+      }
+      return leave_one_out;
+    }
+    case BaselineKind::kRunningMean: break;
+  }
+  std::vector<double> out;
+  for (double r : rewards) out.push_back(baseline.advantage(r));
+  return out;
+}
+
+}  // namespace
+
 RlUpdater::RlUpdater(policy::Transformer& model, RlUpdateOptions options)
     : model_(&model), options_(options), optimizer_(model, options.adamw) {}
 
@@ -34,12 +60,9 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   report.temperature = temperature;
   for (const algorithms::TrajectoryGroup& group : groups) {
     const std::vector<double> group_rewards = group.rewards();
-    std::vector<double> group_advantages;
-    if (options_.baseline == BaselineKind::kGroupMean) {
-      group_advantages = algorithms::group_advantages(group_rewards, options_.normalize_advantages);
-    } else {
-      for (double r : group_rewards) group_advantages.push_back(baseline_.advantage(r));
-    }
+    auto computed = advantages_of(group, group_rewards, options_, baseline_);
+    if (!computed) return computed.error();
+    const std::vector<double>& group_advantages = computed.value();
     for (std::size_t i = 0; i < group.trajectories.size(); ++i) {
       const rollout::Trajectory& t = group.trajectories[i];
       trajectories.push_back(&t);

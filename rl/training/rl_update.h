@@ -9,6 +9,8 @@
 //   same config and device; only read).
 // - update(groups): advantages per trajectory (kGroupMean: r - mean of its
 //   group, divided by the group's std when normalize_advantages, i.e. GRPO;
+//   kLeaveOneOut: r - the mean of the rest of its group, i.e. RLOO, never
+//   normalised; a group of fewer than 2 is an Error naming --min-group-size;
 //   kRunningMean: r - b with RunningMeanBaseline, updated after the step);
 //   log-probs are recomputed at the temperature the groups carry (the one
 //   their behaviour log-probs were recorded at); groups at different
@@ -45,12 +47,12 @@
 
 namespace training {
 
-enum class BaselineKind { kGroupMean, kRunningMean };
+enum class BaselineKind { kGroupMean, kLeaveOneOut, kRunningMean };
 
 struct RlUpdateOptions {
   PolicyLossOptions loss;
   BaselineKind baseline = BaselineKind::kGroupMean;
-  bool normalize_advantages = true;  // GRPO; divides by the group's std
+  bool normalize_advantages = true;  // GRPO (kGroupMean only); divides by the group's std
   double lr = 1e-4;
   // PPO minibatches: the batch is split into this many (trajectory i into
   // minibatch i % minibatches), one optimizer step each; 1 = one step.

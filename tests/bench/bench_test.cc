@@ -362,6 +362,8 @@ PauseRow pause_row(const std::string& name, int n, double blocked_s, std::uint64
   }
   r.window_s = 2.0;
   r.reader_bytes = static_cast<std::uint64_t>(reader_gbps * 1e9 * r.window_s);
+  r.process_cpu_s = 3.0;  // 1.5 cores over the window
+  r.machine_cpu_s = 3.5;
   r.summarize();
   return r;
 }
@@ -396,6 +398,8 @@ TEST_CASE("bench: pause rows, their targets and JSON, from the figures", "[bench
   CHECK(swap.pull_gbps_median == Approx(static_cast<double>(bytes) / 1e9 / 0.080));
   CHECK(swap.reader_gbps == Approx(6.0));
   CHECK(swap.pull_busy == Approx(10 * 0.080 / 2.0));
+  CHECK(swap.process_cores == Approx(1.5));
+  CHECK(swap.machine_cores == Approx(1.75));
 
   const auto checks = evaluate_pause_targets(report);
   REQUIRE(checks.size() == 6);  // the skipped group has none
@@ -432,6 +436,8 @@ TEST_CASE("bench: pause rows, their targets and JSON, from the figures", "[bench
   CHECK(rows[1]["samples"].size() == 10);
   CHECK(rows[1]["reader_of_idle"].get<double>() == Approx(0.6));
   CHECK(rows[1]["call_s_median"].get<double>() == Approx(1e-3));
+  CHECK(rows[1]["process_cores"].get<double>() == Approx(1.5));
+  CHECK(rows[1]["machine_cores"].get<double>() == Approx(1.75));
   CHECK(json["targets"].size() == 6);
   CHECK(json["targets_passed"] == 1);
   CHECK(json["targets_failed"] == 5);

@@ -33,7 +33,7 @@ function(check_row group_name g r)
     message(FATAL_ERROR "${where}: ${updates} updates, ${samples} samples, expected ${EXPECTED_REPS}")
   endif()
   foreach(field blocked_s_median blocked_s_p99 blocked_s_max call_s_median call_s_p99 call_s_max pull_s_median
-                pull_gbps_median reader_gbps reader_of_idle pull_busy window_s)
+                pull_gbps_median reader_gbps reader_of_idle pull_busy process_cpu_s process_cores machine_cpu_s machine_cores window_s)
     string(JSON value GET "${json}" groups ${g} rows ${r} ${field})
     expect_positive("${where} ${field}" "${value}" ZERO_OK)
   endforeach()

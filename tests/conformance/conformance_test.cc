@@ -55,6 +55,24 @@ std::unique_ptr<Subscriber> connect_checked(const std::string& address, const Su
   return std::move(*sub);
 }
 
+// A publisher that rewrites its 2-slot ring in place as fast as it can, and a
+// subscriber that retries torn or revoked reads without limit: the torn-read
+// stress of the [torn] and [updates] cases.
+struct InPlaceWriter {
+  PeerPublisher peer;
+  std::unique_ptr<Subscriber> sub;
+};
+
+InPlaceWriter connect_to_in_place_writer() {
+  auto peer = start_conformance_peer(
+      {"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "2", "--forever"});
+  REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(10)));
+  auto options = options_for_transport();
+  options.max_retries = 100000;
+  auto sub = connect_checked(peer.address, options);
+  return {std::move(peer), std::move(sub)};
+}
+
 // Pulls from a peer publisher and sends `sig` to it as soon as bytes arrive.
 // A one-sided transport may finish the pull without the publisher's help;
 // then the pull must be bit-exact, and the next call must fail instead.
@@ -126,12 +144,7 @@ TEST_CASE("bit-exact pulls at several sizes, contiguous and scatter", "[bitexact
 }
 
 TEST_CASE("torn-read stress: 2-slot ring, in-place writer, slow reader, 1000 pulls", "[torn]") {
-  auto peer = start_conformance_peer(
-      {"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "2", "--forever"});
-  REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(10)));
-  auto options = options_for_transport();
-  options.max_retries = 100000;
-  auto sub = connect_checked(peer.address, options);
+  auto [peer, sub] = connect_to_in_place_writer();
   auto image = HostBuffer::allocate(sub->layout().total_bytes());
   REQUIRE(image.ok());
   std::uint64_t retries = 0, mixed = 0;
@@ -158,12 +171,7 @@ TEST_CASE("torn-read stress: 2-slot ring, in-place writer, slow reader, 1000 pul
 
 TEST_CASE("staged updates: the live weights hold one whole version under torn-read stress, and after the publisher dies",
           "[updates]") {
-  auto peer = start_conformance_peer(
-      {"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "2", "--forever"});
-  REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(10)));
-  auto options = options_for_transport();
-  options.max_retries = 100000;
-  auto sub = connect_checked(peer.address, options);
+  auto [peer, sub] = connect_to_in_place_writer();
   const WeightLayout layout = sub->layout();
   StagedUpdatesOptions staged_options;
   staged_options.require_checksum = sub->publisher_checksums();

@@ -1,6 +1,7 @@
 // RL algorithms without libtorch, against hand-computed values: group
-// advantages (GRPO), the running-mean baseline (REINFORCE), and the replay
-// buffer's zero-variance, staleness and capacity rules.
+// advantages (GRPO), leave-one-out advantages (RLOO), the running-mean
+// baseline (REINFORCE), and the replay buffer's minimum group size,
+// zero-variance, staleness and capacity rules.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -53,6 +54,43 @@ TEST_CASE("advantages: group-relative, with and without the std normalisation", 
   CHECK_FALSE(zero_variance({0.2, 1.2}));
 }
 
+TEST_CASE("advantages: leave-one-out (RLOO), G/(G-1) times the group-mean baseline's", "[rl][algorithms]") {
+  // Rewards 1, 0, 0, 0.5 (sum 1.5): each one's baseline is the mean of the
+  // other three. 1 - 0.5/3, 0 - 1.5/3, 0 - 1.5/3, 0.5 - 1/3.
+  const std::vector<double> rewards{1.0, 0.0, 0.0, 0.5};
+  auto loo = leave_one_out_advantages(rewards);
+  REQUIRE(loo.ok());
+  REQUIRE(loo.value().size() == 4);
+  CHECK(loo.value()[0] == Approx(5.0 / 6));
+  CHECK(loo.value()[1] == Approx(-0.5));
+  CHECK(loo.value()[2] == Approx(-0.5));
+  CHECK(loo.value()[3] == Approx(1.0 / 6));
+  // The group-mean baseline (mean 0.375) gives 0.625, -0.375, -0.375, 0.125:
+  // RLOO's are exactly G/(G-1) = 4/3 of those, not equal to them.
+  const std::vector<double> group_mean = group_advantages(rewards, false);
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    INFO(i);
+    CHECK(loo.value()[i] == Approx(group_mean[i] * 4.0 / 3.0));
+    CHECK(loo.value()[i] != Approx(group_mean[i]));
+  }
+  // A pair: each baseline is the other's reward.
+  auto pair = leave_one_out_advantages({1.0, 0.0});
+  REQUIRE(pair.ok());
+  CHECK(pair.value() == std::vector<double>{1.0, -1.0});
+  // No signal: all equal gives exact zeros.
+  auto equal = leave_one_out_advantages({0.2, 0.2, 0.2});
+  REQUIRE(equal.ok());
+  CHECK(equal.value() == std::vector<double>{0, 0, 0});
+  // A group of one (or none) has no others to average: an error that says
+  // what to change, not a division by zero.
+  for (const std::vector<double>& too_small : {std::vector<double>{1.0}, std::vector<double>{}}) {
+    auto refused = leave_one_out_advantages(too_small);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("at least 2 trajectories") != std::string::npos);
+    CHECK(refused.error().message.find("--min-group-size") != std::string::npos);
+  }
+}
+
 TEST_CASE("advantages: the running-mean baseline", "[rl][algorithms]") {
   RunningMeanBaseline baseline(0.9);
   CHECK(baseline.value() == 0.0);
@@ -94,6 +132,45 @@ TEST_CASE("replay buffer: zero-variance groups count towards a take's n, and are
   keep_all.add(group_with({1.2, 1.2}, 0));
   CHECK(keep_all.take(1, 0).size() == 1);
   CHECK(keep_all.counters().groups_dropped_zero_variance == 0);
+}
+
+TEST_CASE("replay buffer: a group below the minimum group size is dropped and counted, one at it is kept",
+          "[rl][algorithms]") {
+  ReplayBuffer buffer(ReplayOptions{4, true, 16, 3});
+  buffer.add(group_with({1, 0}, 0, 0));        // 2 < 3: dropped
+  buffer.add(group_with({1, 0, 0}, 0, 1));     // 3: kept
+  buffer.add(group_with({1}, 0, 2));           // 1 < 3: dropped as undersized, not as zero-variance
+  buffer.add(group_with({1, 0, 0, 1}, 0, 3));  // 4: kept
+  // Undersized groups count towards n, as zero-variance ones do: a batch of
+  // 2 stands for the first two sampled groups.
+  const std::vector<TrajectoryGroup> first = buffer.take(2, 0);
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].sequence == 1);
+  CHECK(buffer.counters().groups_dropped_undersized == 1);
+  CHECK(buffer.counters().trajectories_dropped_undersized == 2);
+  CHECK(buffer.counters().groups_consumed == 2);
+  CHECK(buffer.counters().trajectories_consumed == 5);
+  const std::vector<TrajectoryGroup> second = buffer.take(5, 0);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].sequence == 3);
+  CHECK(buffer.counters().groups_dropped_undersized == 2);
+  CHECK(buffer.counters().trajectories_dropped_undersized == 3);
+  CHECK(buffer.counters().groups_dropped_zero_variance == 0);
+  CHECK(buffer.counters().groups_served == 2);
+  CHECK(buffer.counters().groups_consumed == 4);
+
+  // The default is 2: a group of one is dropped even without the
+  // zero-variance filter; at 1 every group is kept.
+  CHECK(ReplayOptions{}.min_group_size == 2);
+  ReplayBuffer by_default(ReplayOptions{4, false, 16});
+  by_default.add(group_with({1}, 0));
+  by_default.add(group_with({1, 1}, 0));
+  CHECK(by_default.take(2, 0).size() == 1);
+  CHECK(by_default.counters().groups_dropped_undersized == 1);
+  ReplayBuffer keep_all(ReplayOptions{4, false, 16, 1});
+  keep_all.add(group_with({1}, 0));
+  CHECK(keep_all.take(1, 0).size() == 1);
+  CHECK(keep_all.counters().groups_dropped_undersized == 0);
 }
 
 TEST_CASE("replay buffer: groups more than max_staleness versions old are dropped at take",

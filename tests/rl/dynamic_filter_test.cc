@@ -70,6 +70,9 @@ TEST_CASE("dynamic filter: a round sends only groups with reward variance and sa
   for (const TrajectoryGroup& g : round.groups) CHECK_FALSE(zero_variance(g.rewards()));
   CHECK(round.groups_filtered == 4);
   CHECK(round.trajectories_filtered == 12);
+  std::vector<std::uint64_t> filtered_seeds;  // kept apart for transcripts
+  for (const TrajectoryGroup& g : round.filtered) filtered_seeds.push_back(g.task_seed);
+  CHECK(filtered_seeds == std::vector<std::uint64_t>{0, 2, 3, 5});
   CHECK_FALSE(round.cap_hit);
   // Every sampled prompt is sent or filtered.
   CHECK(round.groups.size() + round.groups_filtered == round.prompts_sampled);
@@ -119,6 +122,7 @@ TEST_CASE("dynamic filter: the over-sampling cap ends a round with fewer groups,
     CHECK(round.cap_hit);
     REQUIRE(round.groups.size() == 1);  // the last one, so the trainer hears from the round
     CHECK(round.groups[0].task_seed == 5);
+    CHECK(round.filtered.size() == 5);
     CHECK(round.groups_filtered == 5);
     CHECK(round.trajectories_filtered == 15);
     stamp_round(round);

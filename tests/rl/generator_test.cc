@@ -3,7 +3,9 @@
 // rollouts. A version published while sequences are being sampled is
 // installed at the next token boundary; the tokens after it carry its
 // version, the ones before the older one; a lost trainer leaves the
-// installed weights generating.
+// installed weights generating. The generator's place in its task stream
+// (generator/generator_state.h) survives a restart, and its transcripts
+// (rollout/transcript_writer.h) match what it sent.
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -13,8 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <map>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "channel/group_channel.h"
+#include "generator/generator_loop.h"
+#include "generator/generator_state.h"
 #include "generator/staged_policy.h"
 #include "loop/policy_weights.h"
 #include "loop/run_log.h"
@@ -169,4 +177,269 @@ TEST_CASE("generator in flight: a narrowed wire is refused with the reason (it p
   auto made = generator::StagedPolicy::create(std::move(subscriber).value(), starting, 0, nullptr, nullptr);
   REQUIRE_FALSE(made);
   CHECK_THAT(made.error().message, Catch::Contains("float32 layout"));
+}
+
+namespace {
+
+// A stand-in trainer: a Publisher serving version 1 and the trajectory
+// channel's receiving end, in this process.
+struct TinyTrainer {
+  std::unique_ptr<weightsync::Publisher> publisher;
+  std::unique_ptr<channel::GroupReceiver> receiver;
+
+  TinyTrainer() {
+    auto layout = loop::policy_weight_layout(tiny_config());
+    REQUIRE(layout);
+    auto made = weightsync::Publisher::create(layout.value(), {});
+    REQUIRE(made.ok());
+    publisher = std::move(made).value();
+    REQUIRE(loop::publish_policy(*publisher, 1, model_with_seed(1)));
+    auto bound = channel::GroupReceiver::bind("tcp://127.0.0.1:*", {});
+    REQUIRE(bound);
+    receiver = std::move(bound).value();
+  }
+};
+
+generator::GeneratorOptions two_round_options(const TinyTrainer& trainer, const std::string& state_file) {
+  generator::GeneratorOptions options;
+  options.weights_addresses = {trainer.publisher->address()};
+  options.trajectory_endpoint = trainer.receiver->endpoint();
+  options.id = 1;
+  options.staged_updates = false;  // pulls between rounds: round 2 goes on with version 1
+  options.prompts = 2;
+  options.group_size = 2;
+  options.max_rounds = 2;
+  options.dynamic_filter = false;  // one group per prompt (a random policy's would all be filtered)
+  options.tasks = {rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy},
+                   rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kMedium}};
+  options.task_seed_base = 500;
+  options.trainer_timeout = std::chrono::seconds(30);
+  options.state_file = state_file;
+  return options;
+}
+
+// Runs a generator to its max_rounds and returns the groups it sent, in order.
+std::vector<algorithms::TrajectoryGroup> run_generator(TinyTrainer& trainer, generator::GeneratorOptions options,
+                                                       rollout::TranscriptWriter* transcripts) {
+  const std::size_t expected = static_cast<std::size_t>(options.prompts * options.max_rounds);
+  std::atomic<bool> stop{false};
+  zorplex::Result<generator::GeneratorTotals> totals = zorplex::Error{"not run"};
+  std::thread worker([&] {
+    generator::GeneratorLoop loop(std::move(options), model_with_seed(9), policy::PromptFormat{}, nullptr,
+                                  nullptr, transcripts);
+    totals = loop.run(stop);
+  });
+  std::vector<algorithms::TrajectoryGroup> groups;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (groups.size() < expected && std::chrono::steady_clock::now() < until) {
+    auto received = trainer.receiver->receive(std::chrono::milliseconds(200));
+    if (!received) continue;
+    REQUIRE(received->ok());
+    groups.push_back(std::move(*received).value());
+  }
+  worker.join();
+  INFO((totals ? std::string() : totals.error().message));
+  REQUIRE(totals);
+  CHECK(totals.value().rounds == 2);
+  REQUIRE(groups.size() == expected);
+  return groups;
+}
+
+std::string scratch_dir(const std::string& name) {
+  const std::string dir = "/tmp/ws_generator_test_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("generator state: stopped after 2 rounds and resumed, the task stream continues (no repeats, no gaps)",
+          "[rl][generator][resume]") {
+  torch::set_num_threads(1);
+  const std::string dir = scratch_dir("resume");
+  const std::string state_file = generator::generator_state_file(dir, 1);
+  TinyTrainer trainer;
+  auto transcripts = rollout::TranscriptWriter::open(dir + "/transcripts.jsonl");
+  REQUIRE(transcripts);
+
+  std::vector<algorithms::TrajectoryGroup> sent =
+      run_generator(trainer, two_round_options(trainer, state_file), transcripts.value().get());
+  auto saved = generator::load_generator_state(state_file);
+  INFO((saved ? std::string() : saved.error().message));
+  REQUIRE(saved);
+  CHECK(saved.value().position.next_task == 4);
+  CHECK(saved.value().position.next_round == 2);
+  CHECK(saved.value().position.next_sequence == 4);
+  CHECK(saved.value().tasks == std::vector<std::string>{"compositional:easy", "compositional:medium"});
+  CHECK_FALSE(std::filesystem::exists(state_file + ".tmp"));  // written through a temp file, renamed
+  // Flushed at the end of every round: all 8 lines are on disk while the writer is still open.
+  {
+    std::ifstream partial(dir + "/transcripts.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(partial, line);) ++lines;
+    CHECK(lines == 8);
+  }
+
+  // A new process: the same flags, resumed from the state file.
+  generator::GeneratorOptions resumed = two_round_options(trainer, state_file);
+  REQUIRE(generator::check_same_stream(saved.value(), saved.value(), state_file));
+  resumed.start = saved.value().position;
+  std::vector<algorithms::TrajectoryGroup> after = run_generator(trainer, resumed, transcripts.value().get());
+  sent.insert(sent.end(), std::make_move_iterator(after.begin()), std::make_move_iterator(after.end()));
+
+  // Task n of generator 1 has seed 500 + 1,000,000 + n, and the kinds alternate by n.
+  REQUIRE(sent.size() == 8);
+  for (std::size_t n = 0; n < sent.size(); ++n) {
+    INFO("group " << n);
+    CHECK(sent[n].task_seed == 500 + 1000000 + n);
+    CHECK(sent[n].sequence == n);
+    CHECK(sent[n].generator == 1);
+    CHECK(sent[n].trajectories.front().task.difficulty ==
+          (n % 2 == 0 ? zorplex::Difficulty::kEasy : zorplex::Difficulty::kMedium));
+  }
+  auto final_state = generator::load_generator_state(state_file);
+  REQUIRE(final_state);
+  CHECK(final_state.value().position.next_task == 8);
+  CHECK(final_state.value().position.next_round == 4);
+
+  // The transcripts: one line per trajectory, matching what was sent.
+  transcripts.value().reset();
+  std::ifstream in(dir + "/transcripts.jsonl");
+  std::map<std::pair<std::uint64_t, std::uint64_t>, nlohmann::json> lines;  // (sequence, index) -> line
+  std::vector<std::uint64_t> rounds;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    rounds.push_back(j.at("round").get<std::uint64_t>());
+    CHECK(lines.emplace(std::make_pair(j.at("group_sequence").get<std::uint64_t>(),
+                                       j.at("index_in_group").get<std::uint64_t>()),
+                        j)
+              .second);
+  }
+  CHECK(lines.size() == 16);
+  // Each round's 4 trajectories, and the round counter (the sampling seed's position) goes on.
+  CHECK(rounds == std::vector<std::uint64_t>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  for (const algorithms::TrajectoryGroup& group : sent) {
+    for (std::size_t g = 0; g < group.trajectories.size(); ++g) {
+      INFO("group " << group.sequence << " trajectory " << g);
+      const auto found = lines.find({group.sequence, g});
+      REQUIRE(found != lines.end());
+      const nlohmann::json& j = found->second;
+      const rollout::Trajectory& t = group.trajectories[g];
+      CHECK(j.at("generator") == 1);
+      CHECK(j.at("task_seed") == group.task_seed);
+      CHECK(j.at("data_epoch") == 0);
+      CHECK(j.at("question") == t.task.question);
+      CHECK(j.at("difficulty") == zorplex::difficulty_name(t.task.difficulty));
+      CHECK(j.at("reward").get<double>() == t.score.reward);
+      CHECK(j.at("correct") == t.score.correct);
+      CHECK(j.at("sent") == true);
+      CHECK(j.at("generated_tokens") == t.generated_tokens());
+      CHECK(j.at("oldest_version") == 1);
+      CHECK(j.at("newest_version") == 1);
+      CHECK(j.at("temperature").get<double>() == group.temperature);
+      // Each turn as the trainer received it (the model's bytes as JSON writes them: not UTF-8 as U+FFFD).
+      const auto as_written = [](const std::string& text) {
+        return nlohmann::json::parse(
+            nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      };
+      const std::vector<rollout::TranscriptTurn> turns = rollout::transcript_turns(t);
+      REQUIRE(j.at("turns").size() == turns.size());
+      for (std::size_t k = 0; k < turns.size(); ++k) {
+        CHECK(j.at("turns")[k].at("model") == as_written(turns[k].model));
+        CHECK(j.at("turns")[k].at("tool_result") == as_written(turns[k].tool_result));
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("generator state: a corrupt, missing or mismatched state file is refused, saying what to do",
+          "[rl][generator][resume]") {
+  const std::string dir = scratch_dir("corrupt");
+  const std::string path = generator::generator_state_file(dir, 2);
+  CHECK(path == dir + "/generator-2-state.json");
+  generator::GeneratorState state;
+  state.id = 2;
+  state.tasks = {"compositional:easy"};
+  state.task_seed_base = 200000;
+  state.sampling_seed = 1;
+  state.position = {12, 3, 12};
+
+  auto missing = generator::load_generator_state(path);
+  REQUIRE_FALSE(missing);
+  CHECK_THAT(missing.error().message, Catch::Contains(path) && Catch::Contains("no state file") &&
+                                          Catch::Contains("without --resume"));
+
+  REQUIRE(generator::save_generator_state(path, state));
+  auto loaded = generator::load_generator_state(path);
+  REQUIRE(loaded);
+  CHECK(loaded.value().position.next_task == 12);
+  CHECK(loaded.value().position.next_round == 3);
+  CHECK(loaded.value().position.next_sequence == 12);
+  CHECK(loaded.value().tasks == state.tasks);
+  CHECK(loaded.value().task_seed_base == 200000);
+
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto write = [&](const std::string& contents) {
+    std::ofstream out(path, std::ios::trunc);
+    out << contents;
+  };
+  const auto refused_with = [&](const std::string& contents, const std::string& why) {
+    write(contents);
+    auto result = generator::load_generator_state(path);
+    REQUIRE_FALSE(result);
+    CHECK_THAT(result.error().message, Catch::Contains("cannot resume from " + path) && Catch::Contains(why) &&
+                                           Catch::Contains("without --resume"));
+  };
+  refused_with(text.substr(0, text.size() / 2), "not JSON");                         // truncated
+  refused_with("", "not JSON");                                                      // empty
+  refused_with("{\"format\": \"something else\"}", "not a generator state");        // another file
+  auto json = nlohmann::json::parse(text);
+  json["next_task"] = 2000000;  // data_epoch still 0
+  refused_with(json.dump(), "does not match next_task");
+  json = nlohmann::json::parse(text);
+  json.erase("next_round");
+  refused_with(json.dump(), "missing or of the wrong type");
+  json = nlohmann::json::parse(text);
+  json["next_task"] = -4;
+  refused_with(json.dump(), "missing or of the wrong type");
+  json = nlohmann::json::parse(text);
+  json["format_version"] = 99;
+  refused_with(json.dump(), "format_version 99");
+
+  // Another stream: every difference is named, with both values.
+  generator::GeneratorState other = state;
+  other.id = 3;
+  other.tasks = {"compositional:medium"};
+  other.task_seed_base = 7;
+  auto mismatch = generator::check_same_stream(state, other, path);
+  REQUIRE_FALSE(mismatch);
+  CHECK_THAT(mismatch.error().message,
+             Catch::Contains("--id 2 in the file, 3 now") &&
+                 Catch::Contains("--task compositional:easy in the file, compositional:medium now") &&
+                 Catch::Contains("--task-seed-base 200000 in the file, 7 now") &&
+                 Catch::Contains("without --resume"));
+  other = state;
+  other.sampling_seed = 5;
+  CHECK_FALSE(generator::check_same_stream(state, other, path));
+  CHECK(generator::check_same_stream(state, state, path));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("generator state: each generator's block of seeds is finite, and past it a new data epoch begins",
+          "[rl][generator][resume]") {
+  const auto first = generator::task_in_stream(200000, 3, 0);
+  CHECK(first.seed == 3200000);
+  CHECK(first.data_epoch == 0);
+  const auto last = generator::task_in_stream(200000, 3, generator::kTasksPerGenerator - 1);
+  CHECK(last.seed == 4199999);  // never generator 4's first seed
+  CHECK(last.data_epoch == 0);
+  const auto wrapped = generator::task_in_stream(200000, 3, generator::kTasksPerGenerator + 5);
+  CHECK(wrapped.seed == 3200005);
+  CHECK(wrapped.data_epoch == 1);
 }

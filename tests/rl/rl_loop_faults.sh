@@ -9,6 +9,10 @@
 #     run finishes.
 #  4. Sync mode: a generator killed mid-run; after the round timeout the
 #     trainer trains on the survivor's groups and finishes.
+#  5. A generator stopped after 2 rounds and started again with --resume
+#     draws the next tasks of its stream (no repeats, no gaps: its
+#     transcripts' task seeds run on), and a corrupt or mismatched state file
+#     is refused with the reason and what to do.
 # Usage: rl_loop_faults.sh BUILD_DIR WORKDIR
 set -euo pipefail
 build="$1" work="$2"
@@ -105,4 +109,51 @@ wait "$sync_trainer" || status=$?
 [ "$status" -eq 0 ] || fail "sync: the trainer failed ($status) after a generator died: $(tail -n 3 "$work/trainer-sync.log")"
 grep -q "done after 8 steps" "$work/trainer-sync.log" || fail "sync: the trainer did not finish its 8 steps"
 grep -q "1 of 2 generators delivered" "$work/trainer-sync.log" || fail "sync: the trainer never noticed the dead generator"
+
+# 5. A generator resumed from its state file continues its task stream.
+rm -f "$work/address.json"
+"$build/bin/trainer" --start "$work/start" --out "$work/resume-trainer" --mode async --batch-groups 2 \
+  --keep-zero-variance --idle-timeout 60 --threads 1 --steps 200 --address-file "$work/address.json" \
+  >"$work/trainer-resume.log" 2>&1 &
+resume_trainer=$!
+pids+=("$resume_trainer")
+read_addresses
+run_rounds() {  # run_rounds LOG [generator options...]: 2 rounds of generator 0, in the foreground
+  local log=$1
+  shift
+  "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id 0 \
+    --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 --mode async --rounds 2 --task-seed-base 300000 \
+    --out "$work/resume" --transcripts "$work/resume" --dynamic-filter off "$@" >"$log" 2>&1 ||
+    fail "generator 0 ($*) failed: $(tail -n 3 "$log")"
+}
+run_rounds "$work/resume-first.log"
+run_rounds "$work/resume-second.log" --resume
+kill -9 "$resume_trainer" 2>/dev/null || true
+grep -q "generator 0: resuming its task stream at task 2 (data epoch 0), round 2" "$work/resume-second.log" ||
+  fail "the resumed generator did not start at task 2: $(head -n 5 "$work/resume-second.log")"
+transcripts="$work/resume/transcripts-generator-0.jsonl"
+[ "$(wc -l <"$transcripts")" -eq 12 ] || fail "expected 12 transcript lines (4 rounds of 3), got $(wc -l <"$transcripts")"
+seeds=$(grep -o '"task_seed":[0-9]*' "$transcripts" | cut -d: -f2 | uniq | tr '\n' ' ')
+[ "$seeds" = "300000 300001 300002 300003 " ] || fail "task seeds across the restart: $seeds (want 300000..300003)"
+rounds=$(grep -o '"round":[0-9]*' "$transcripts" | cut -d: -f2 | uniq | tr '\n' ' ')
+[ "$rounds" = "0 1 2 3 " ] || fail "rounds across the restart: $rounds (want 0..3)"
+grep -q '"next_task": 4' "$work/resume/generator-0-state.json" || fail "the state file does not say task 4"
+# A corrupt or mismatched state file: exit 1, the reason, and the way out; never a silent restart.
+refused() {  # refused WHY [generator options...]
+  local why=$1 status=0
+  shift
+  "$build/bin/generator" --trainer 127.0.0.1:9 --trajectories tcp://127.0.0.1:9 --checkpoint "$work/start" \
+    --out "$work/resume" --resume "$@" >"$work/refused.log" 2>&1 || status=$?
+  [ "$status" -eq 1 ] || fail "a generator resumed with ($*) exited $status, not 1: $(tail -n 2 "$work/refused.log")"
+  grep -q "cannot resume from $work/resume/generator-0-state.json: .*$why.*without --resume" "$work/refused.log" ||
+    fail "no clear refusal ($why): $(tail -n 2 "$work/refused.log")"
+}
+refused "another task stream (--task-seed-base 300000 in the file, 200000 now)"
+refused "--task compositional:easy in the file, compositional:medium now" --task-seed-base 300000 \
+  --task compositional:medium
+head -c 40 "$work/resume/generator-0-state.json" >"$work/resume/truncated" &&
+  mv "$work/resume/truncated" "$work/resume/generator-0-state.json"
+refused "not JSON" --task-seed-base 300000
+rm "$work/resume/generator-0-state.json"
+refused "no state file" --task-seed-base 300000
 echo "rl loop faults: ok"

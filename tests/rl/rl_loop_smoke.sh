@@ -164,4 +164,15 @@ grep -q "sync   accuracy +12.0 points: 92.0% (meets the required 90%), error 20.
   "$work/summary.txt" || fail "rl-report: sync's figures: $(cat "$work/summary.txt")"
 grep -q "async  accuracy  +8.0 points: 88.0% (MISSES the required 90%), error 20.0% -> 12.0% (NOT halved)" \
   "$work/summary.txt" || fail "rl-report: async's figures: $(cat "$work/summary.txt")"
+# The pause per update (issue 32): async installs in flight, sync pulls in the
+# foreground; a report of runs alone (no --before) says both.
+"$build/rl/rl-report" --run sync="$work/sync" --run async="$work/async" --out "$work/runs-report.json" \
+  >"$work/runs-report.log" 2>&1 || fail "rl-report without --before failed: $(tail -n 3 "$work/runs-report.log")"
+"$build/rl/rl-report" --summarize "$work/runs-report.json" >"$work/runs-summary.txt"
+grep -Eq "^  sync   generation blocked per update \(foreground pulls\): median [0-9.]+ ms" "$work/runs-summary.txt" ||
+  fail "rl-report: sync's blocked time: $(cat "$work/runs-summary.txt")"
+grep -Eq "^  async  generation blocked per update \(in-flight installs\): median [0-9.]+ ms, .* over [1-9]" \
+  "$work/runs-summary.txt" || fail "rl-report: async's blocked time: $(cat "$work/runs-summary.txt")"
+grep -Eq "^  async  generation ran through an update in [0-9]+ of [1-9][0-9]* rounds" "$work/runs-summary.txt" ||
+  fail "rl-report: async's rounds through an update: $(cat "$work/runs-summary.txt")"
 echo "rl loop smoke: ok"

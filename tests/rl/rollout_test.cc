@@ -2,7 +2,8 @@
 // libtorch): the loss mask leaves out the prompt and every injected tool
 // result, demonstrations solve their tasks through the real tools (and each
 // flaw breaks exactly what it names), the demonstration stream is a pure
-// function of its options, and the summary counts what it says.
+// function of its options, the summary counts what it says, and a
+// transcript line gives back each turn as the rollout saw it.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "rollout/demonstrations.h"
 #include "rollout/eval_summary.h"
 #include "rollout/trajectory.h"
+#include "rollout/transcript_writer.h"
 #include "zorplex/zorplex.h"
 
 using namespace rollout;
@@ -132,6 +134,120 @@ TEST_CASE("trajectory: truncate() ends an episode that ran out of context", "[rl
   CHECK(t.truncated);
   CHECK(t.end == zorplex::EpisodeEnd::kNotOver);
   CHECK(t.score.tool_calls == 1);
+}
+
+TEST_CASE("transcripts: one line per trajectory with each turn's text, tool calls and results as the rollout saw them",
+          "[rl][rollout][transcripts]") {
+  zorplex::TaskGenerator generator(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, 42);
+  const zorplex::Task task = generator.next();  // umbrella + dog = 125 (30 + 95)
+  TrajectoryBuilder builder(task, generator.tools(), policy::PromptFormat{});
+  // Turn 1 calls two tools at once; turn 2 answers under a newer version.
+  const std::vector<TokenId> first = ids("LOOKUP[umbrella] LOOKUP[dog]");
+  const std::vector<TokenId> second = ids("30 + 95 = 125. [ANSWER] 125", true);
+  builder.add_turn(first, std::vector<float>(first.size(), -1.0f), std::vector<std::uint64_t>(first.size(), 3));
+  builder.add_turn(second, std::vector<float>(second.size(), -1.0f),
+                   std::vector<std::uint64_t>(second.size(), 4));
+  const Trajectory t = builder.finish(zorplex::Shaping::kOriginal);
+  REQUIRE(t.score.correct);
+
+  const std::vector<TranscriptTurn> turns = transcript_turns(t);
+  REQUIRE(turns.size() == 2);
+  CHECK(turns[0].model == "LOOKUP[umbrella] LOOKUP[dog]");
+  REQUIRE(turns[0].tool_calls.size() == 2);
+  CHECK(turns[0].tool_calls[1].name == "LOOKUP");
+  CHECK(turns[0].tool_calls[1].argument == "dog");
+  CHECK(turns[0].tool_result == "\n[Result: 30, 95]\n");
+  CHECK(turns[1].model == "30 + 95 = 125. [ANSWER] 125");  // EOS dropped
+  CHECK(turns[1].tool_calls.empty());
+  CHECK(turns[1].tool_result.empty());
+  // The turns put back together are the transcript the reward was computed on.
+  std::string joined;
+  for (const TranscriptTurn& turn : turns) joined += turn.model + turn.tool_result;
+  CHECK(joined == t.transcript);
+
+  TranscriptContext context;
+  context.generator = 2;
+  context.round = 7;
+  context.group_sequence = 29;
+  context.index_in_group = 5;
+  context.task_seed = 2000042;
+  context.task_index = 1;
+  context.data_epoch = 3;
+  context.temperature = 0.7;
+  const std::string line = transcript_line(context, t);
+  CHECK(line.find('\n') == std::string::npos);
+  CHECK(line.size() < 2048);  // the bound --help states for Zorplex lines
+  const auto j = nlohmann::json::parse(line);
+  CHECK(j.at("generator") == 2);
+  CHECK(j.at("round") == 7);
+  CHECK(j.at("group_sequence") == 29);
+  CHECK(j.at("index_in_group") == 5);
+  CHECK(j.at("task_seed") == 2000042);
+  CHECK(j.at("task_index") == 1);
+  CHECK(j.at("data_epoch") == 3);
+  CHECK(j.at("temperature") == Approx(0.7));
+  CHECK(j.at("sent") == true);
+  CHECK(j.at("kind") == "compositional");
+  CHECK(j.at("difficulty") == "easy");
+  CHECK(j.at("question") == task.question);
+  CHECK(j.at("answer") == 125);
+  CHECK(j.at("prompt") == policy::render(policy::encode_prompt(policy::PromptFormat{}, task.question)));
+  REQUIRE(j.at("turns").size() == 2);
+  CHECK(j.at("turns")[0].at("model") == "LOOKUP[umbrella] LOOKUP[dog]");
+  CHECK(j.at("turns")[0].at("tool_calls")[0].at("argument") == "umbrella");
+  CHECK(j.at("turns")[0].at("tool_result") == "\n[Result: 30, 95]\n");
+  CHECK(j.at("end") == "answered");
+  CHECK(j.at("reward") == Approx(t.score.reward));
+  CHECK(j.at("correct") == true);
+  CHECK(j.at("failure_mode") == "success");
+  CHECK(j.at("tool_calls") == 2);
+  CHECK(j.at("oldest_version") == 3);  // from token_versions
+  CHECK(j.at("newest_version") == 4);
+  CHECK(j.at("generated_tokens") == t.generated_tokens());
+  CHECK(j.at("tokens") == t.tokens.size());
+
+  // Weights pulled between rounds: the round's version stands for every token.
+  context.version = 9;
+  context.sent = false;
+  const auto between = nlohmann::json::parse(transcript_line(context, t));
+  CHECK(between.at("oldest_version") == 9);
+  CHECK(between.at("newest_version") == 9);
+  CHECK(between.at("sent") == false);
+
+  // A byte the model wrote that is not UTF-8 still gives one line of JSON.
+  TrajectoryBuilder odd(task, generator.tools(), policy::PromptFormat{});
+  const std::vector<TokenId> bytes{0xff, 0xfe, '\n', 'x'};
+  odd.add_turn(bytes, std::vector<float>(bytes.size(), -1.0f));
+  const std::string odd_line = transcript_line(context, odd.finish(zorplex::Shaping::kOriginal));
+  CHECK(odd_line.find('\n') == std::string::npos);
+  CHECK_NOTHROW(nlohmann::json::parse(odd_line));
+
+  // The writer appends whole lines once per flush.
+  const std::string path = "/tmp/ws_transcripts_test_" + std::to_string(std::random_device{}()) + ".jsonl";
+  std::remove(path.c_str());
+  {
+    auto writer = TranscriptWriter::open(path);
+    REQUIRE(writer);
+    writer.value()->add(line);
+    writer.value()->add(odd_line);
+    CHECK(writer.value()->lines_written() == 0);  // buffered until the round ends
+    writer.value()->flush();
+    CHECK(writer.value()->lines_written() == 2);
+  }
+  {
+    auto again = TranscriptWriter::open(path);  // a resumed generator appends
+    REQUIRE(again);
+    again.value()->add(line);
+  }  // flushed on close
+  std::FILE* in = std::fopen(path.c_str(), "r");
+  REQUIRE(in != nullptr);
+  std::string text;
+  for (int c = std::fgetc(in); c != EOF; c = std::fgetc(in)) text.push_back(static_cast<char>(c));
+  std::fclose(in);
+  std::remove(path.c_str());
+  CHECK(text == line + "\n" + odd_line + "\n" + line + "\n");
+  CHECK(transcripts_file("/tmp/", 3) == "/tmp/transcripts-generator-3.jsonl");
+  CHECK(transcripts_file("/tmp/run-transcripts.jsonl", 3) == "/tmp/run-transcripts.jsonl");
 }
 
 TEST_CASE("demonstrations: perfect ones solve every kind through the real tools", "[rl][demonstrations]") {

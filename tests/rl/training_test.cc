@@ -642,6 +642,33 @@ TEST_CASE("RL update: one GRPO step raises the rewarded trajectory's log-prob an
   CHECK_FALSE(updater.update({}).ok());
 }
 
+TEST_CASE("RL update: the leave-one-out baseline reaches the update, and a group of one is refused",
+          "[rl][training][loss]") {
+  auto model = policy::Transformer::create(tiny_config(), 6);
+  REQUIRE(model.ok());
+  algorithms::TrajectoryGroup group = sampled_group(model.value(), 44, 3);
+  group.trajectories[0].score.reward = 1.0;
+  group.trajectories[1].score.reward = 0.0;
+  group.trajectories[2].score.reward = 0.0;
+  RlUpdateOptions options;
+  options.lr = 0.0;  // the advantages only
+  options.baseline = BaselineKind::kLeaveOneOut;
+  options.normalize_advantages = true;  // ignored: RLOO is never normalised
+  RlUpdater updater(model.value(), options);
+  auto report = updater.update({group});
+  REQUIRE(report.ok());
+  // 1 - 0, 0 - 1/2, 0 - 1/2: mean |A| 2/3 (the group mean's would be 4/9,
+  // GRPO's normalised one 2 sqrt(2) / 3).
+  CHECK(report.value().advantage_abs_mean == Approx(2.0 / 3));
+  algorithms::TrajectoryGroup one = group;
+  one.trajectories.resize(1);
+  one.generator = 7;
+  auto refused = updater.update({group, one});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("generator 7") != std::string::npos);
+  CHECK(refused.error().message.find("--min-group-size") != std::string::npos);
+}
+
 TEST_CASE("RL update: log-probs are recomputed at the temperature the group carries, and two in a batch are refused",
           "[rl][training][loss]") {
   auto model = policy::Transformer::create(tiny_config(), 5);
