@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/dynamic_filter.h"
 #include "channel/group_channel.h"
 #include "generator/staged_policy.h"
 #include "generator/weight_source.h"
@@ -364,90 +365,28 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
     if (stop.load()) break;
     const std::uint64_t round = next_round_++;
 
-    // Tasks from this generator's own stream; the TaskGenerators own the
-    // toolboxes the requests borrow, so they live until the rollouts end.
-    std::vector<zorplex::TaskGenerator> sources;
-    sources.reserve(static_cast<std::size_t>(options_.prompts));
-    std::vector<TaskInStream> task_seeds;
-    std::vector<rollout::RolloutRequest> requests;
-    for (int p = 0; p < options_.prompts; ++p) {
-      const rollout::TaskMix& kind = options_.tasks[next_task_ % options_.tasks.size()];
-      const TaskInStream task = task_in_stream(options_.task_seed_base, options_.id, next_task_++);
-      task_seeds.push_back(task);
-      sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(task.seed));
-    }
-    std::vector<std::uint64_t> task_indices;
-    std::string operators;  // each prompt's operator ('.' for kinds without one), for the round log
-    int carries_total = 0;
-    for (int p = 0; p < options_.prompts; ++p) {
-      zorplex::TaskGenerator& source = sources[static_cast<std::size_t>(p)];
-      zorplex::Task task = source.next();
-      std::uint64_t index = 0;
-      int carries = rollout::carries_in(task, source.tools());
-      for (int c = 1; c < options_.carry_candidates; ++c) {
-        zorplex::Task candidate = source.next();
-        const int candidate_carries = rollout::carries_in(candidate, source.tools());
-        if (candidate_carries > carries) {
-          task = std::move(candidate);
-          carries = candidate_carries;
-          index = static_cast<std::uint64_t>(c);
-        }
-      }
-      task_indices.push_back(index);
-      operators += task.op != 0 ? task.op : '.';
-      carries_total += carries;
-      for (int g = 0; g < options_.group_size; ++g) requests.push_back({task, &source.tools()});
-    }
-    rollout::RolloutOptions rollout_options;
-    rollout_options.format = format_;
-    rollout_options.sampling.temperature = options_.temperature;
-    rollout_options.sampling.seed =
-        options_.sampling_seed * 1000003u + std::uint64_t{options_.id} * 7919u + round;
-    // In-flight mode: new weights are installed at token boundaries.
-    if (staged_) rollout_options.step_hook = staged_->hook();
-    const std::uint64_t round_version = version_;
-    rollout::RolloutStats stats;
-    const double generate_start = loop::wall_clock_seconds();
-    const auto generate_clock = Clock::now();
-    auto trajectories =
-        rollout::run_rollouts(staged_ ? staged_->model() : model_, requests, rollout_options, &stats);
-    if (!trajectories) return zorplex::Error{"rollouts failed: " + trajectories.error().message};
-    const double generation_seconds = seconds_since(generate_clock);
-    if (staged_) version_ = staged_->version();
-    timeline_.span(
-        "generate", generate_start, loop::wall_clock_seconds(),
-        {{"version", round_version}, {"version_after", version_}, {"trajectories", requests.size()}});
+    // The round: one batch of --prompts prompts, and with the dynamic filter
+    // further batches until --prompts groups carry a signal or the
+    // over-sampling cap is reached (algorithms/dynamic_filter.h).
+    RoundTally tally;
+    tally.version = version_;
+    algorithms::DynamicFilterOptions filter;
+    filter.enabled = options_.dynamic_filter;
+    filter.prompts = options_.prompts;
+    filter.oversample_cap = options_.oversample_cap;
+    auto filled = algorithms::fill_round(filter, [&](int prompts) {
+      return sample_batch(prompts, round, tally, stop);
+    });
+    if (!filled) return filled.error();
+    algorithms::FilledRound& usable = filled.value();
+    algorithms::stamp_round(usable);
 
     std::uint64_t latest = std::max(version_, newest_version().value_or(version_));
-    double reward_sum = 0.0;
-    int correct = 0;
-    for (const rollout::Trajectory& t : trajectories.value()) {
-      reward_sum += t.score.reward;
-      correct += t.score.correct ? 1 : 0;
-    }
-    std::vector<algorithms::TrajectoryGroup> groups(static_cast<std::size_t>(options_.prompts));
-    for (int p = 0; p < options_.prompts; ++p) {
-      algorithms::TrajectoryGroup& group = groups[static_cast<std::size_t>(p)];
-      for (int g = 0; g < options_.group_size; ++g) {
-        group.trajectories.push_back(
-            std::move(trajectories.value()[static_cast<std::size_t>(p * options_.group_size + g)]));
-      }
-      // Staleness counts a trajectory by its oldest token (in-flight mode:
-      // tokens after an install carry the newer version).
-      std::uint64_t oldest = version_;
-      for (const rollout::Trajectory& t : group.trajectories) {
-        if (t.generated_tokens() == 0) continue;  // no token, no version
-        oldest = std::min(oldest, staged_ ? t.oldest_version() : round_version);
-      }
-      group.version_start = oldest;
+    for (std::size_t p = 0; p < usable.groups.size(); ++p) {
+      algorithms::TrajectoryGroup& group = usable.groups[p];
       group.version_end = std::max(latest, version_);
       group.generator = options_.id;
-      group.sequence = next_sequence_ + static_cast<std::uint64_t>(p);
-      group.task_seed = task_seeds[static_cast<std::size_t>(p)].seed;
-      group.task_index = task_indices[static_cast<std::size_t>(p)];
-      group.generation_seconds = generation_seconds / options_.prompts;
-      group.temperature = rollout_options.sampling.temperature;
-      group.top_p = rollout_options.sampling.top_p;
+      group.sequence = next_sequence_ + p;
       if (p == 0 && pulled_now.pulled) {
         group.pull_seconds = pulled_now.seconds;
         group.pull_bytes = pulled_now.bytes;
@@ -455,75 +394,179 @@ zorplex::Result<GeneratorTotals> GeneratorLoop::run(const std::atomic<bool>& sto
     }
     const double send_start = loop::wall_clock_seconds();
     std::size_t sent_groups = 0;
-    for (const algorithms::TrajectoryGroup& group : groups) {
+    for (const algorithms::TrajectoryGroup& group : usable.groups) {
       if (stop.load()) break;
       auto sent = send(group, stop);
       if (!sent) return sent.error();
       if (!sent.value()) break;
       ++sent_groups;
       ++totals_.groups_sent;
-      // Every group uses up the allowance: the trainer consumes zero-variance
-      // groups towards its batch too (algorithms::ReplayBuffer::take).
+      // Pacing counts sent groups: the trainer's batch is the groups it gets
+      // (with the filter on, those with a signal; off, every group).
       ++pace_sent_groups_;
     }
     // Sequences stay unique: an unsent group's number is not reused.
-    next_sequence_ += groups.size();
+    next_sequence_ += usable.groups.size();
     const double send_end = loop::wall_clock_seconds();
     if (send_end - send_start > 0.01) timeline_.span("send", send_start, send_end);
     if (transcripts_ != nullptr) {
-      for (std::size_t p = 0; p < groups.size(); ++p) {
+      // Every trajectory sampled: the groups sent, then the ones filtered.
+      auto write = [&](const algorithms::TrajectoryGroup& group, bool sent) {
         rollout::TranscriptContext context;
         context.generator = options_.id;
         context.round = round;
-        context.group_sequence = groups[p].sequence;
-        context.task_seed = task_seeds[p].seed;
-        context.data_epoch = task_seeds[p].data_epoch;
-        context.task_index = task_indices[p];
-        context.temperature = groups[p].temperature;
-        context.sent = p < sent_groups;
+        context.group_sequence = group.sequence;
+        context.task_seed = group.task_seed;
+        context.data_epoch = tally.data_epochs[group.task_seed];
+        context.task_index = group.task_index;
+        context.temperature = group.temperature;
+        context.sent = sent;
         // Pulled between rounds, every token has the round's version.
-        if (!staged_) context.version = round_version;
-        for (std::size_t g = 0; g < groups[p].trajectories.size(); ++g) {
+        if (!staged_) context.version = tally.version;
+        for (std::size_t g = 0; g < group.trajectories.size(); ++g) {
           context.index_in_group = g;
-          transcripts_->add(rollout::transcript_line(context, groups[p].trajectories[g]));
+          transcripts_->add(rollout::transcript_line(context, group.trajectories[g]));
         }
-      }
+      };
+      for (std::size_t p = 0; p < usable.groups.size(); ++p) write(usable.groups[p], p < sent_groups);
+      for (const algorithms::TrajectoryGroup& group : usable.filtered) write(group, false);
       transcripts_->flush();
     }
     if (auto saved = save_state(); !saved) return saved.error();
     ++totals_.rounds;
     if (staged_) totals_.pulls = staged_->stats().installs;
-    totals_.trajectories += requests.size();
-    totals_.tokens += stats.generated_tokens;
-    const double n = static_cast<double>(requests.size());
+    totals_.trajectories += tally.trajectories;
+    totals_.tokens += tally.tokens;
+    const double n = static_cast<double>(std::max<std::uint64_t>(tally.trajectories, 1));
     if (metrics_ != nullptr) {
       metrics_->write({{"event", "round"},
                        {"generator", options_.id},
                        {"round", round},
-                       {"version", round_version},
+                       {"version", tally.version},
                        {"version_after", version_},
-                       {"trajectories", requests.size()},
-                       {"operators", operators},
-                       {"carries_in", carries_total},
-                       {"task_seeds", round_task_seeds(task_seeds)},
-                       {"data_epoch", task_seeds.front().data_epoch},
-                       {"tokens", stats.generated_tokens},
-                       {"generation_seconds", generation_seconds},
-                       {"tokens_per_second", stats.generated_tokens / std::max(generation_seconds, 1e-9)},
-                       {"reward_mean", reward_sum / n},
-                       {"correct_rate", correct / n},
+                       {"trajectories", tally.trajectories},
+                       {"operators", tally.operators},
+                       {"carries_in", tally.carries},
+                       {"task_seeds", round_task_seeds(tally.tasks)},
+                       {"data_epoch", tally.tasks.empty() ? 0 : tally.tasks.front().data_epoch},
+                       {"tokens", tally.tokens},
+                       {"generation_seconds", tally.generation_seconds},
+                       {"tokens_per_second", tally.tokens / std::max(tally.generation_seconds, 1e-9)},
+                       {"reward_mean", tally.reward_sum / n},
+                       {"correct_rate", tally.correct / n},
+                       {"dynamic_filter", options_.dynamic_filter},
+                       {"prompts_sampled", usable.prompts_sampled},
+                       {"batches", usable.batches},
+                       {"groups_filtered", usable.groups_filtered},
+                       {"trajectories_filtered", usable.trajectories_filtered},
+                       {"groups_sent", sent_groups},
+                       {"cap_hit", usable.cap_hit},
                        {"send_seconds", send_end - send_start},
                        {"time", send_end}});
     }
     std::printf(
-        "generator %u: round %llu  version %llu  %zu episodes  reward %.3f  correct %.2f  %.0f tok/s  "
-        "elapsed %.0fs\n",
+        "generator %u: round %llu  version %llu  %llu episodes  reward %.3f  correct %.2f  %.0f tok/s  "
+        "prompts %llu  filtered %llu  sent %zu%s  elapsed %.0fs\n",
         options_.id, static_cast<unsigned long long>(round), static_cast<unsigned long long>(version_),
-        requests.size(), reward_sum / n, correct / n,
-        stats.generated_tokens / std::max(generation_seconds, 1e-9), seconds_since(run_start));
+        static_cast<unsigned long long>(tally.trajectories), tally.reward_sum / n, tally.correct / n,
+        tally.tokens / std::max(tally.generation_seconds, 1e-9),
+        static_cast<unsigned long long>(usable.prompts_sampled),
+        static_cast<unsigned long long>(usable.groups_filtered), sent_groups,
+        usable.cap_hit ? " (over-sampling cap hit: fewer groups than --prompts)" : "", seconds_since(run_start));
     std::fflush(stdout);
   }
   return totals_;
+}
+
+zorplex::Result<std::vector<algorithms::TrajectoryGroup>> GeneratorLoop::sample_batch(
+    int prompts, std::uint64_t round, RoundTally& tally, const std::atomic<bool>& stop) {
+  std::vector<algorithms::TrajectoryGroup> groups;
+  if (stop.load()) return groups;  // stopped: the round ends with what it has
+  const std::uint64_t batch = tally.batches++;
+  // Tasks from this generator's own stream; the TaskGenerators own the
+  // toolboxes the requests borrow, so they live until the rollouts end.
+  std::vector<zorplex::TaskGenerator> sources;
+  sources.reserve(static_cast<std::size_t>(prompts));
+  std::vector<TaskInStream> task_seeds;
+  std::vector<rollout::RolloutRequest> requests;
+  for (int p = 0; p < prompts; ++p) {
+    const rollout::TaskMix& kind = options_.tasks[next_task_ % options_.tasks.size()];
+    const TaskInStream task = task_in_stream(options_.task_seed_base, options_.id, next_task_++);
+    task_seeds.push_back(task);
+    tally.tasks.push_back(task);
+    tally.data_epochs[task.seed] = task.data_epoch;
+    sources.emplace_back(kind.kind, kind.difficulty, static_cast<std::int64_t>(task.seed));
+  }
+  std::vector<std::uint64_t> task_indices;
+  for (int p = 0; p < prompts; ++p) {
+    zorplex::TaskGenerator& source = sources[static_cast<std::size_t>(p)];
+    zorplex::Task task = source.next();
+    std::uint64_t index = 0;
+    int carries = rollout::carries_in(task, source.tools());
+    for (int c = 1; c < options_.carry_candidates; ++c) {
+      zorplex::Task candidate = source.next();
+      const int candidate_carries = rollout::carries_in(candidate, source.tools());
+      if (candidate_carries > carries) {
+        task = std::move(candidate);
+        carries = candidate_carries;
+        index = static_cast<std::uint64_t>(c);
+      }
+    }
+    task_indices.push_back(index);
+    tally.operators += task.op != 0 ? task.op : '.';
+    tally.carries += carries;
+    for (int g = 0; g < options_.group_size; ++g) requests.push_back({task, &source.tools()});
+  }
+  rollout::RolloutOptions rollout_options;
+  rollout_options.format = format_;
+  rollout_options.sampling.temperature = options_.temperature;
+  // The first batch of a round keeps the seed it had before over-sampling;
+  // further batches of the round get seeds of their own.
+  rollout_options.sampling.seed = options_.sampling_seed * 1000003u + std::uint64_t{options_.id} * 7919u + round +
+                                  batch * 0x9E3779B97F4A7C15ull;
+  // In-flight mode: new weights are installed at token boundaries.
+  if (staged_) rollout_options.step_hook = staged_->hook();
+  const std::uint64_t batch_version = version_;
+  rollout::RolloutStats stats;
+  const double generate_start = loop::wall_clock_seconds();
+  const auto generate_clock = Clock::now();
+  auto trajectories =
+      rollout::run_rollouts(staged_ ? staged_->model() : model_, requests, rollout_options, &stats);
+  if (!trajectories) return zorplex::Error{"rollouts failed: " + trajectories.error().message};
+  const double generation_seconds = seconds_since(generate_clock);
+  if (staged_) version_ = staged_->version();
+  timeline_.span(
+      "generate", generate_start, loop::wall_clock_seconds(),
+      {{"version", batch_version}, {"version_after", version_}, {"trajectories", requests.size()}});
+  tally.trajectories += requests.size();
+  tally.tokens += stats.generated_tokens;
+  tally.generation_seconds += generation_seconds;
+  for (const rollout::Trajectory& t : trajectories.value()) {
+    tally.reward_sum += t.score.reward;
+    tally.correct += t.score.correct ? 1 : 0;
+  }
+  for (int p = 0; p < prompts; ++p) {
+    algorithms::TrajectoryGroup group;
+    for (int g = 0; g < options_.group_size; ++g) {
+      group.trajectories.push_back(
+          std::move(trajectories.value()[static_cast<std::size_t>(p * options_.group_size + g)]));
+    }
+    // Staleness counts a trajectory by its oldest token (in-flight mode:
+    // tokens after an install carry the newer version).
+    std::uint64_t oldest = version_;
+    for (const rollout::Trajectory& t : group.trajectories) {
+      if (t.generated_tokens() == 0) continue;  // no token, no version
+      oldest = std::min(oldest, staged_ ? t.oldest_version() : batch_version);
+    }
+    group.version_start = oldest;
+    group.task_seed = task_seeds[static_cast<std::size_t>(p)].seed;
+    group.task_index = task_indices[static_cast<std::size_t>(p)];
+    group.generation_seconds = generation_seconds / prompts;
+    group.temperature = rollout_options.sampling.temperature;
+    group.top_p = rollout_options.sampling.top_p;
+    groups.push_back(std::move(group));
+  }
+  return groups;
 }
 
 }  // namespace generator

@@ -9,7 +9,12 @@
 //   task_seed_base + id * 1,000,000 + n mod 1,000,000, data epoch n /
 //   1,000,000: generator_state.h; task n is of kind tasks[n %
 //   tasks.size()], so a mix alternates) and sample `group_size` episodes of
-//   each at `temperature`; (3) send one TrajectoryGroup per prompt, tagged
+//   each at `temperature`; with dynamic_filter on, a group whose rewards
+//   are all equal is not sent and more prompts are sampled until `prompts`
+//   groups carry a signal or oversample_cap * prompts prompts were sampled
+//   (algorithms/dynamic_filter.h: the groups carry what was filtered, and
+//   the round's line says prompts_sampled, groups_filtered, cap_hit);
+//   (3) send one TrajectoryGroup per usable prompt, tagged
 //   with the version it was sampled with (version_start), the newest version
 //   published when it is sent (version_end), and the pull that preceded it.
 //   The parameters change only in (1), between rounds: a group never mixes
@@ -67,6 +72,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,13 +134,20 @@ struct GeneratorOptions {
   // only while the groups it sent since it connected, plus this round's,
   // fit in (versions published since + max_ahead_versions) * groups_per_version,
   // and otherwise waits for the next version (at most 10 s: a safety valve).
-  // Every group counts, zero-variance ones too (the trainer's batch does). 0: no pacing.
+  // Every sent group counts (the trainer's batch is the groups it gets; with
+  // the dynamic filter on, zero-variance groups are not sent). 0: no pacing.
   int groups_per_version = 0;
   int max_ahead_versions = 2;
   std::chrono::seconds trainer_timeout{60};
   std::string transport = "auto";
   // Async: pull in the background and install at token boundaries (above).
   bool staged_updates = true;
+  // SLIME's dynamic sampling (algorithms/dynamic_filter.h): groups whose
+  // rewards are all equal are not sent; the round samples further prompts
+  // until `prompts` groups carry a signal or oversample_cap * prompts
+  // prompts were sampled. Off: one batch of `prompts`, every group sent.
+  bool dynamic_filter = true;
+  int oversample_cap = 4;
 };
 
 struct GeneratorTotals {
@@ -164,7 +177,27 @@ class GeneratorLoop {
     double seconds = 0.0;
     std::uint64_t bytes = 0;
   };
+  // What a round's batches sampled, for its log line.
+  struct RoundTally {
+    std::uint64_t version = 0;  // the version the round started on
+    std::uint64_t batches = 0;
+    std::uint64_t trajectories = 0;
+    std::uint64_t tokens = 0;
+    double generation_seconds = 0.0;
+    double reward_sum = 0.0;
+    int correct = 0;
+    std::string operators;  // each prompt's operator ('.' for kinds without one)
+    int carries = 0;
+    std::vector<TaskInStream> tasks;                         // every prompt sampled, in order
+    std::map<std::uint64_t, std::uint64_t> data_epochs;      // by task seed, for transcripts
+  };
   zorplex::Result<bool> connect(const std::atomic<bool>& stop);
+  // One batch of a round: the next `prompts` prompts of this generator's task
+  // stream, group_size episodes each, as groups (version_start, task and
+  // sampling fields set; not sent). Nothing when stopped.
+  zorplex::Result<std::vector<algorithms::TrajectoryGroup>> sample_batch(int prompts, std::uint64_t round,
+                                                                         RoundTally& tally,
+                                                                         const std::atomic<bool>& stop);
   zorplex::Result<Pulled> pull_newest(bool wait_for_newer, const std::atomic<bool>& stop);
   // Async pacing: waits until the next round fits the allowance.
   zorplex::Result<bool> wait_for_allowance(const std::atomic<bool>& stop);

@@ -5,7 +5,8 @@
 //
 //   generator --trainer HOST:PORT[,HOST:PORT...] --trajectories tcp://HOST:PORT --checkpoint FILE
 //             [--relay HOST[:PORT] [--relay-address-file FILE]]
-//             [--id K] [--mode sync|async] [--prompts P] [--group-size G] [--device cpu|cuda] ...
+//             [--id K] [--mode sync|async] [--prompts P] [--group-size G] [--device cpu|cuda]
+//             [--dynamic-filter on|off] [--oversample-cap K] ...
 //
 // --checkpoint is the trainer's starting policy file: it gives the model's
 // shape and prompt format (its weights are replaced by the first pull).
@@ -122,6 +123,19 @@ int main(int argc, char** argv) try {
                  "generation never stops for a pull (off: pull between rounds, generation waits)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  std::string dynamic_filter = "on";
+  app.add_option("--dynamic-filter", dynamic_filter,
+                 "SLIME's dynamic sampling: do not send groups whose rewards are all equal (no signal under "
+                 "group-relative advantages) and sample further prompts of the round until --prompts groups "
+                 "carry a signal or --oversample-cap x --prompts prompts were sampled; each group tells the "
+                 "trainer what was filtered. Use off with a trainer that trains on such groups (REINFORCE "
+                 "--baseline running, --keep-zero-variance): it refuses filtered groups")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--oversample-cap", options.oversample_cap,
+                 "With --dynamic-filter on: a round samples at most this many times --prompts prompts, then "
+                 "sends the usable groups it has (fewer than --prompts: the round's line says so)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--out", out_dir,
                  "Folder for generator-K.jsonl (metrics), timeline-generator-K.jsonl and generator-K-state.json "
                  "(its place in the task stream, saved after every round)");
@@ -145,6 +159,7 @@ int main(int argc, char** argv) try {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
   options.staged_updates = in_flight == "on";
+  options.dynamic_filter = dynamic_filter == "on";
   auto device = loop::select_device(device_name);
   if (!device) return fail(device.error().message);
   if (device.value().is_cuda()) {
@@ -175,6 +190,12 @@ int main(int argc, char** argv) try {
     task_names += (task_names.empty() ? "" : " and ") + rollout::task_mix_name(mix.value());
   }
   std::printf("generator %u: sampling %s tasks\n", options.id, task_names.c_str());
+  if (options.dynamic_filter) {
+    std::printf("generator %u: dynamic filter on: zero-variance groups are not sent (at most %d x %d prompts a round)\n",
+                options.id, options.oversample_cap, options.prompts);
+  } else {
+    std::printf("generator %u: dynamic filter off: every group is sent\n", options.id);
+  }
   if (resume && out_dir.empty()) {
     std::fprintf(stderr, "generator: --resume needs --out (the folder with generator-K-state.json)\n");
     return 2;

@@ -8,7 +8,7 @@
 #          [--generators N] [--steps N] [--prompts P] [--group-size G]
 #          [--temperature T] [--batch-groups B] [--device cpu|cuda] [--seed S] [--resume] [--transcripts]
 #          [--task KIND[:DIFFICULTY][,KIND[:DIFFICULTY]...]] [--carry-candidates N]
-#          [--trainer-cpus LIST --generator-cpus LIST] [--in-flight-updates on|off]
+#          [--trainer-cpus LIST --generator-cpus LIST] [--in-flight-updates on|off] [--dynamic-filter on|off]
 #          [--hosts [--host-rate RATE] [--topology flat|chain|treeK]] [--sign] [-- more trainer options]
 # The trainer runs the SFT warm start into SFT_DIR first if it is empty.
 # --device goes to the trainer and every generator (default cpu).
@@ -31,6 +31,13 @@
 # --in-flight-updates on|off: async generators install new weights at token
 # boundaries while they sample (on, the generator's default) or pull them in
 # the foreground between rounds (off), to compare the two (docs/rl_loop.md).
+# --dynamic-filter on|off: SLIME's dynamic sampling in every generator (on,
+# the generator's default: zero-variance groups are not sent and each round
+# samples further prompts until --prompts groups carry a signal, at most 4 x
+# --prompts; docs/rl_loop.md). Left out, it is off when the trainer options
+# after -- train on zero-variance groups (--baseline running, or
+# --keep-zero-variance: the trainer refuses filtered groups there), else on;
+# --dynamic-filter on with those options is refused.
 # --trainer-cpus / --generator-cpus (taskset lists, e.g. 0 and 1): pin the
 # trainer and every generator to those CPUs, as if each had a device of its
 # own (docs/results.md); the trainer then runs one torch thread per CPU of its
@@ -63,7 +70,7 @@ all_args=("$@")
 start="" out="" mode=async generators=2 steps=40 prompts=4 group_size=8 temperature=0.7 batch_groups=8 resume=""
 transcripts=""
 in_flight=() device=cpu hosts="" host_rate="" topology=flat sign="" seed="" trainer_cpus="" generator_cpus="" task=compositional:easy carry_candidates=1
-extra=()
+extra=() dynamic_filter=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --start) start="$2"; shift 2 ;;
@@ -80,6 +87,7 @@ while [ $# -gt 0 ]; do
     --task) task="$2"; shift 2 ;;
     --carry-candidates) carry_candidates="$2"; shift 2 ;;
     --in-flight-updates) in_flight=(--in-flight-updates "$2"); shift 2 ;;
+    --dynamic-filter) dynamic_filter="$2"; shift 2 ;;
     --trainer-cpus) trainer_cpus="$2"; shift 2 ;;
     --generator-cpus) generator_cpus="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
@@ -127,6 +135,22 @@ task_kind='(simple|multi_step|recursive|compositional(:(easy|medium|hard))?)'
   { echo "rl-run: --task must be simple, multi_step, recursive or compositional[:easy|medium|hard], or a comma-separated list of them, not '$task'" >&2; exit 2; }
 [[ "$carry_candidates" =~ ^[1-9][0-9]?$ ]] ||
   { echo "rl-run: --carry-candidates must be a number from 1 to 64, not '$carry_candidates'" >&2; exit 2; }
+# The dynamic filter against the trainer's options: a trainer that trains on
+# zero-variance groups refuses filtered ones.
+keeps_zero_variance=""
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  case "${extra[$i]}" in
+    --keep-zero-variance|--baseline=running) keeps_zero_variance="${extra[$i]}" ;;
+    --baseline) [ "${extra[$((i + 1))]:-}" != running ] || keeps_zero_variance="--baseline running" ;;
+  esac
+done
+case "$dynamic_filter" in
+  on) [ -z "$keeps_zero_variance" ] ||
+        { echo "rl-run: --dynamic-filter on with the trainer's $keeps_zero_variance: that trainer trains on zero-variance groups and refuses filtered ones; leave --dynamic-filter out (it is then off)" >&2; exit 2; } ;;
+  off) ;;
+  "") dynamic_filter=on; [ -z "$keeps_zero_variance" ] || dynamic_filter=off ;;
+  *) echo "rl-run: --dynamic-filter must be on or off, not '$dynamic_filter'" >&2; exit 2 ;;
+esac
 [ "$topology" = flat ] || [ -n "$hosts" ] || { echo "rl-run: --topology $topology needs --hosts" >&2; exit 2; }
 [ -z "$sign" ] || [ "$device" = cpu ] ||
   { echo "rl-run: --sign checks whole versions in host memory: use it with --device cpu" >&2; exit 2; }
@@ -237,7 +261,7 @@ for id in $(seq 0 $((generators - 1))); do
   fi
   (run_on "$node" "${generator_pin[@]}" "${generator_env[@]}" "$build/bin/generator" --trainer "$sources" --trajectories "$trajectories" --checkpoint "$start" \
     --id "$id" --mode "$mode" --prompts "$prompts" --group-size "$group_size" --temperature "$temperature" \
-    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" $resume \
+    --groups-per-version "$share" --max-ahead 2 --task "$task" --carry-candidates "$carry_candidates" --device "$device" --threads 1 --out "$out" $resume --dynamic-filter "$dynamic_filter" \
     "${transcript_args[@]}" "${in_flight[@]}" "${relay[@]}" "${seed_args[@]}") \
     >> "$out/generator-$id.log" 2>&1 &
   pids+=($!)

@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
+#include "algorithms/dynamic_filter.h"
 #include "channel/group_channel.h"
 #include "loop/device.h"
 #include "loop/policy_weights.h"
@@ -284,10 +286,19 @@ TrainerLoop::Arrival TrainerLoop::receive_one(bool sync) {
     }
     return {};
   }
-  const std::uint32_t generator = group.generator;
+  // Filtered at the source while this trainer trains on zero-variance
+  // groups: a biased stream. Refused, and its generator told once why.
+  if (auto unfiltered = algorithms::accept_filtered(group, !options_.replay.drop_zero_variance); !unfiltered) {
+    ++refused_filtered_;
+    if (told_about_filter_.insert(group.generator).second) {
+      std::fprintf(stderr, "trainer: refusing trajectories: %s\n", unfiltered.error().message.c_str());
+    }
+    return {};
+  }
+  const Arrival arrival{true, group.generator, group.round_groups};
   arrived_.add(group);
   buffer_.add(std::move(group));
-  return {true, generator};
+  return arrival;
 }
 
 zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_round(
@@ -295,11 +306,13 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_r
   const double round_start = steady_seconds();
   double first_arrival = 0.0;
   std::set<std::uint32_t> delivered;
+  // Per generator: groups of this round delivered, and how many its round sends.
+  std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> progress;
   std::uint64_t round_groups = 0;
   while (!stop.load()) {
-    const std::uint64_t target = static_cast<std::uint64_t>(std::max(live_generators_, 1)) *
-                                 static_cast<std::uint64_t>(options_.prompts_per_round);
-    if (round_groups >= target) break;
+    int complete = 0;
+    for (const auto& [generator, counts] : progress) complete += counts.first >= counts.second ? 1 : 0;
+    if (complete >= std::max(live_generators_, 1)) break;
     const double now = steady_seconds();
     // Generators of one round run in parallel: one that has not delivered
     // well after the first is gone or stuck.
@@ -323,6 +336,9 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_r
     if (round_groups == 0) first_arrival = steady_seconds();
     ++round_groups;
     delivered.insert(arrival.generator);
+    auto& counts = progress[arrival.generator];
+    ++counts.first;
+    counts.second = arrival.round_groups;
     // A generator that was left out (or restarted) is counted back in.
     live_generators_ = std::max(live_generators_, static_cast<int>(delivered.size()));
   }
@@ -371,8 +387,14 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
     }
     if (stop.load()) break;
     std::vector<algorithms::TrajectoryGroup> groups = std::move(collected).value();
-    const std::uint64_t sampled = buffer_.counters().trajectories_consumed - consumed_before_;
+    // Sampled for this step: the groups it consumed, and what their
+    // generators filtered before sending them (algorithms/dynamic_filter.h).
+    const std::uint64_t filtered = buffer_.counters().trajectories_filtered_at_source - filtered_before_;
+    const std::uint64_t filtered_groups = buffer_.counters().groups_filtered_at_source - filtered_groups_before_;
+    const std::uint64_t sampled = buffer_.counters().trajectories_consumed - consumed_before_ + filtered;
     consumed_before_ = buffer_.counters().trajectories_consumed;
+    filtered_before_ = buffer_.counters().trajectories_filtered_at_source;
+    filtered_groups_before_ = buffer_.counters().groups_filtered_at_source;
     const double train_start = loop::wall_clock_seconds();
     timeline_.span("wait", wait_start, train_start, {{"version", version_}});
 
@@ -440,6 +462,9 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"groups", groups.size()},
                      {"trajectories", used.size()},
                      {"trajectories_sampled", sampled},
+                     {"trajectories_filtered", filtered},
+                     {"groups_filtered", filtered_groups},
+                     {"trajectories_trained", used.size()},
                      {"tokens", report.tokens},
                      {"reward_mean", report.reward_mean},
                      {"reward_std", report.reward_std},
@@ -465,8 +490,10 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                        {"overflow_groups", counters.groups_dropped_overflow},
                        {"off_version_groups", dropped_off_version_},
                        {"sampling_mismatch_groups", sampling_.refused()},
+                       {"filtered_refused_groups", refused_filtered_},
                        {"rejected_messages", rejected_messages_}}},
-                     {"groups_received", counters.groups_received + dropped_off_version_ + sampling_.refused()},
+                     {"groups_received",
+                      counters.groups_received + dropped_off_version_ + sampling_.refused() + refused_filtered_},
                      {"trajectories_per_second", static_cast<double>(used.size()) / step_seconds},
                      {"tokens_per_second", static_cast<double>(report.tokens) / step_seconds},
                      {"wait_seconds", train_start - wait_start},
@@ -478,9 +505,11 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"time", publish_end}});
     pulls_.clear();
     std::printf(
-        "trainer: step %3d/%d  version %llu  groups %zu  reward %.3f  correct %.2f (all %.2f)  loss %+.4f  "
-        "staleness %.1f/%llu  wait %.1fs train %.1fs  elapsed %.0fs\n",
-        step_, options_.steps, static_cast<unsigned long long>(version_), groups.size(), report.reward_mean,
+        "trainer: step %3d/%d  version %llu  groups %zu  sampled %llu filtered %llu trained %zu  reward %.3f  "
+        "correct %.2f (all %.2f)  loss %+.4f  staleness %.1f/%llu  wait %.1fs train %.1fs  elapsed %.0fs\n",
+        step_, options_.steps, static_cast<unsigned long long>(version_), groups.size(),
+        static_cast<unsigned long long>(sampled), static_cast<unsigned long long>(filtered), used.size(),
+        report.reward_mean,
         report.correct_rate, arrived_.correct_rate(), report.loss, staleness_sum / n, static_cast<unsigned long long>(staleness_max),
         train_start - wait_start, train_end - train_start, steady_seconds() - run_start);
     std::fflush(stdout);
@@ -517,7 +546,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
   summary.steps = step_;
   summary.version = version_;
   summary.trajectories_trained = trajectories_trained_;
-  summary.trajectories_sampled = buffer_.counters().trajectories_consumed;
+  summary.trajectories_filtered = buffer_.counters().trajectories_filtered_at_source;
+  summary.trajectories_sampled = buffer_.counters().trajectories_consumed + summary.trajectories_filtered;
   summary.trajectories_received = buffer_.counters().trajectories_received;
   summary.wall_seconds = steady_seconds() - run_start;
   summary.stopped = stop.load();

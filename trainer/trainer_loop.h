@@ -9,8 +9,10 @@
 //   version on resume) and writes the address file (JSON: "weights",
 //   "trajectories", "version"; temporary file + rename).
 // - run(): for every step up to options.steps:
-//   * sync: waits for the round of the current version, i.e. prompts_per_round
-//     groups from each live generator; a generator that has not delivered
+//   * sync: waits for the round of the current version, i.e. every group of
+//     it from each live generator (each group carries round_groups, how many
+//     its round sends: fewer than the generator's prompts when its dynamic
+//     filter hit the over-sampling cap); a generator that has not delivered
 //     round_timeout_s after the first group of the round arrived is left out
 //     (and counted back in when it delivers again). Trains on every usable
 //     group of the round.
@@ -23,12 +25,16 @@
 //   trainer restart) or, in sync, with any other version are dropped and
 //   counted; so are groups sampled at another temperature than the trainer's
 //   (--temperature, else the first group's: algorithms::SamplingAgreement),
-//   with one line on stderr per generator saying what to change; the replay
-//   buffer drops stale, undersized (below replay.min_group_size) and
-//   zero-variance groups and counts them (the step line's "dropped"). Then
-//   one RlUpdater step at the scheduled learning rate, version + 1, publish,
-//   one metrics line (trainer.jsonl) and timeline spans. Versions only
-//   increase.
+//   with one line on stderr per generator saying what to change; so are
+//   groups whose generator filtered zero-variance groups while this trainer
+//   keeps them (!replay.drop_zero_variance: algorithms::accept_filtered,
+//   "--dynamic-filter off"); the replay buffer drops stale, undersized
+//   (below replay.min_group_size) and zero-variance groups and counts them
+//   (the step line's "dropped"). Every step's line reports the trajectories
+//   sampled (of the groups consumed, plus what their generators filtered
+//   before sending them), filtered and trained. Then one RlUpdater step at
+//   the scheduled learning rate, version + 1, publish, one metrics line
+//   (trainer.jsonl) and timeline spans. Versions only increase.
 // - Publishing, by the model's device. CPU: Publisher::publish(), one copy
 //   into a slot, committed before publish() returns; one "publish" line.
 //   CUDA: Publisher::publish_from_device() enqueues the copy (ordered after
@@ -96,7 +102,7 @@ struct TrainerOptions {
   bool sync = false;
   int steps = 30;
   int generators = 2;         // sync: generators expected per round
-  int prompts_per_round = 4;  // sync: groups each generator sends per round
+  int prompts_per_round = 4;  // sync: prompts of a generator round (for the record: groups say how many a round sends)
   int batch_groups = 8;       // async: groups per optimizer step
   double round_timeout_s = 15.0;
   double idle_timeout_s = 120.0;
@@ -133,8 +139,10 @@ struct TrainerSummary {
   int steps = 0;
   std::uint64_t version = 0;
   std::uint64_t trajectories_trained = 0;
-  // Of the groups the steps consumed, zero-variance and undersized ones too.
+  // Of the groups the steps consumed, zero-variance and undersized ones too,
+  // plus what the generators filtered before sending them.
   std::uint64_t trajectories_sampled = 0;
+  std::uint64_t trajectories_filtered = 0;  // by the generators' dynamic filter
   std::uint64_t trajectories_received = 0;
   double wall_seconds = 0.0;
   bool stopped = false;  // by a signal
@@ -165,6 +173,7 @@ class TrainerLoop {
   struct Arrival {
     bool group = false;  // a group of an acceptable version arrived (queued or zero-variance)
     std::uint32_t generator = 0;
+    std::uint32_t round_groups = 1;  // the groups its generator's round sends
   };
   // Receives one message (waits up to 200 ms).
   Arrival receive_one(bool sync);
@@ -210,6 +219,12 @@ class TrainerLoop {
   int live_generators_ = 0;
   std::uint64_t dropped_off_version_ = 0;
   std::uint64_t consumed_before_ = 0;  // ReplayCounters::trajectories_consumed at the last step
+  std::uint64_t filtered_before_ = 0;  // ReplayCounters::trajectories_filtered_at_source at the last step
+  std::uint64_t filtered_groups_before_ = 0;  // and groups_filtered_at_source
+  // Groups refused because their generator filtered while this trainer keeps
+  // zero-variance groups (algorithms::accept_filtered), and who was told.
+  std::uint64_t refused_filtered_ = 0;
+  std::set<std::uint32_t> told_about_filter_;
   std::uint64_t rejected_messages_ = 0;
   // At most 10 rejection lines per 10 s on stderr, then one "suppressed" summary.
   channel::RejectionLog rejection_log_{stderr, "trainer: rejected a trajectory message: "};

@@ -116,9 +116,11 @@ int main(int argc, char** argv) try {
   app.add_option("--generators", options.generators, "sync: generators that deliver each round")
       ->check(CLI::Range(1, 4096));
   app.add_option("--prompts-per-round", options.prompts_per_round,
-                 "sync: groups each generator sends per round")
+                 "sync: prompts of each generator's round (for the record: the trainer waits for the groups "
+                 "each round says it sends, fewer when a generator's dynamic filter hit its cap)")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--batch-groups", options.batch_groups, "async: groups (prompts) sampled per optimizer step (zero-variance ones count, as in a sync round)")
+  app.add_option("--batch-groups", options.batch_groups, "async: groups per optimizer step (with the generators' dynamic filter on, groups with a signal; "
+                 "zero-variance ones that arrive count, as in a sync round)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--max-staleness", options.replay.max_staleness,
                  "async: drop groups sampled more than this many versions ago");
@@ -264,10 +266,11 @@ int main(int argc, char** argv) try {
   if (!summary) return fail(summary.error().message);
   const trainer::TrainerSummary& s = summary.value();
   std::printf(
-      "trainer: %s after %d steps (version %llu): %llu trajectories trained on (of %llu sampled), %llu received, "
-      "%.0f s\n",
+      "trainer: %s after %d steps (version %llu): %llu trajectories trained on (of %llu sampled, %llu filtered by "
+      "the generators), %llu received, %.0f s\n",
       s.stopped ? "stopped" : "done", s.steps, static_cast<unsigned long long>(s.version),
       static_cast<unsigned long long>(s.trajectories_trained), static_cast<unsigned long long>(s.trajectories_sampled),
+      static_cast<unsigned long long>(s.trajectories_filtered),
       static_cast<unsigned long long>(s.trajectories_received), s.wall_seconds);
   return s.stopped ? 130 : 0;
 } catch (const std::exception& e) {

@@ -40,6 +40,8 @@ std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uin
     queue_.pop_front();
     ++counters_.groups_consumed;
     counters_.trajectories_consumed += group.trajectories.size();
+    counters_.groups_filtered_at_source += group.filtered_groups;
+    counters_.trajectories_filtered_at_source += group.filtered_trajectories;
     if (group.trajectories.size() < options_.min_group_size) {
       ++counters_.groups_dropped_undersized;
       counters_.trajectories_dropped_undersized += group.trajectories.size();

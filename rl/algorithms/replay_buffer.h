@@ -26,7 +26,9 @@
 //   whichever mode filled it: sync (a round of n prompts) and async (the
 //   next n groups to arrive) train on the same number of sampled
 //   trajectories. groups_consumed counts every group take consumed (served
-//   or dropped by either rule; not the stale ones).
+//   or dropped by either rule; not the stale ones). With the generators'
+//   dynamic filter on (algorithms/dynamic_filter.h) zero-variance groups are
+//   rarely sent, and this drop is a safety net.
 // - Counters say how many groups and trajectories came in and went where.
 // - One thread (the trainer's); no locking. Nothing fails.
 #pragma once
@@ -55,6 +57,12 @@ struct TrajectoryGroup {
   // the trainer recomputes them at this temperature, or refuses the group.
   double temperature = 1.0;  // 0: greedy (log-probs at 1)
   double top_p = 1.0;        // for the record: the log-probs are untruncated
+  // The generator's dynamic filter (algorithms/dynamic_filter.h): the
+  // zero-variance groups, and their trajectories, it sampled and did not send
+  // since its previous sent group; and how many groups this one's round sends.
+  std::uint64_t filtered_groups = 0;
+  std::uint64_t filtered_trajectories = 0;
+  std::uint32_t round_groups = 1;
 
   std::vector<double> rewards() const;
 };
@@ -78,6 +86,10 @@ struct ReplayCounters {
   std::uint64_t groups_served = 0;    // returned by take (undersized and zero-variance ones not)
   std::uint64_t groups_consumed = 0;  // taken off the queue by take: served, undersized or zero-variance
   std::uint64_t trajectories_consumed = 0;  // of the groups take consumed
+  // What the generators filtered before sending the groups take consumed
+  // (TrajectoryGroup::filtered_groups, filtered_trajectories, summed).
+  std::uint64_t groups_filtered_at_source = 0;
+  std::uint64_t trajectories_filtered_at_source = 0;
 };
 
 class ReplayBuffer {

@@ -309,6 +309,9 @@ std::string encode_group(const algorithms::TrajectoryGroup& group) {
                {"pull_bytes", group.pull_bytes},
                {"temperature", group.temperature},
                {"top_p", group.top_p},
+               {"filtered_groups", group.filtered_groups},
+               {"filtered_trajectories", group.filtered_trajectories},
+               {"round_groups", group.round_groups},
                {"trajectories", trajectories}};
   const std::vector<std::uint8_t> bytes = json::to_msgpack(j);
   return std::string(bytes.begin(), bytes.end());
@@ -341,6 +344,9 @@ zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes
   group.pull_bytes = r.u64("pull_bytes");
   group.temperature = r.f64("temperature");
   group.top_p = r.f64("top_p");
+  group.filtered_groups = r.u64("filtered_groups");
+  group.filtered_trajectories = r.u64("filtered_trajectories");
+  const std::uint64_t round_groups = r.u64("round_groups");
   const json* trajectories = r.field("trajectories", json::value_t::array);
   if (!r.error.empty()) return zorplex::Error{r.error};
   if (group.version_end < group.version_start)
@@ -349,6 +355,20 @@ zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes
       !(std::isfinite(group.top_p) && group.top_p > 0.0 && group.top_p <= 1.0)) {
     return zorplex::Error{"trajectory group: temperature must be finite and >= 0, and top_p in (0, 1]"};
   }
+  // Bounded, so the trainer's sums never overflow whatever a generator sends.
+  if (group.filtered_groups > kMaxFilteredGroups ||
+      group.filtered_trajectories < group.filtered_groups ||
+      group.filtered_trajectories > group.filtered_groups * kMaxTrajectories) {
+    return zorplex::Error{"trajectory group: filtered_groups " + std::to_string(group.filtered_groups) +
+                          " and filtered_trajectories " + std::to_string(group.filtered_trajectories) +
+                          " are out of range (0.." + std::to_string(kMaxFilteredGroups) +
+                          " groups of 1.." + std::to_string(kMaxTrajectories) + " trajectories each)"};
+  }
+  if (round_groups == 0 || round_groups > kMaxRoundGroups) {
+    return zorplex::Error{"trajectory group: round_groups " + std::to_string(round_groups) + " (1.." +
+                          std::to_string(kMaxRoundGroups) + " allowed)"};
+  }
+  group.round_groups = static_cast<std::uint32_t>(round_groups);
   if (trajectories->empty() || trajectories->size() > kMaxTrajectories) {
     return zorplex::Error{"trajectory group: " + std::to_string(trajectories->size()) + " trajectories (1.." +
                           std::to_string(kMaxTrajectories) + " allowed)"};

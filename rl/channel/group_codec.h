@@ -4,10 +4,11 @@
 //
 // Contract
 // - encode_group() writes one MessagePack map: "schema" =
-//   "weightsync-trajectories/1", the group's fields (generator, sequence,
+//   "weightsync-trajectories/3", the group's fields (generator, sequence,
 //   version_start, version_end, task_seed, task_index, generation_seconds,
-//   pull_seconds, pull_bytes, and the sampling parameters temperature and
-//   top_p, which the behaviour log-probs depend on)
+//   pull_seconds, pull_bytes, the sampling parameters temperature and
+//   top_p, which the behaviour log-probs depend on, and the generator's
+//   dynamic filter: filtered_groups, filtered_trajectories, round_groups)
 //   and "trajectories": an array of maps, each with the token ids (binary,
 //   uint16 little endian), the loss mask (binary, one byte per token, 0/1),
 //   the behaviour log-probs (binary, float32 little endian), prompt_tokens,
@@ -30,7 +31,9 @@
 //   2 <= tokens <= kMaxTokens, token ids < policy::kVocabSize, mask bytes
 //   0/1, finite log-probs <= 0 where the mask is 1, prompt_tokens < tokens,
 //   at most kMaxTrajectories per group, a finite temperature >= 0 and 0 <
-//   top_p <= 1. Anything else is an Error saying what is wrong; it never
+//   top_p <= 1, filtered_groups <= kMaxFilteredGroups with filtered_groups <=
+//   filtered_trajectories <= filtered_groups * kMaxTrajectories, and 1 <=
+//   round_groups <= kMaxRoundGroups. Anything else is an Error saying what is wrong; it never
 //   crashes (the decoder is fed garbage and mutations in the tests). The
 //   transcript is rebuilt from the tokens after the prompt; the task's words
 //   are not sent.
@@ -47,9 +50,14 @@
 
 namespace channel {
 
-inline constexpr const char* kGroupSchema = "weightsync-trajectories/2";
+inline constexpr const char* kGroupSchema = "weightsync-trajectories/3";
 inline constexpr std::size_t kMaxTokens = 1u << 16;
 inline constexpr std::size_t kMaxTrajectories = 1024;
+// Zero-variance groups one group may say were filtered before it (a round
+// samples at most 256 prompts x an over-sampling cap of 64 = 16,384), and the
+// groups one round may send.
+inline constexpr std::uint64_t kMaxFilteredGroups = 1u << 16;
+inline constexpr std::uint64_t kMaxRoundGroups = 1u << 16;
 
 std::string encode_group(const algorithms::TrajectoryGroup& group);
 zorplex::Result<algorithms::TrajectoryGroup> decode_group(std::string_view bytes);

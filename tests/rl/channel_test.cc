@@ -46,6 +46,9 @@ TrajectoryGroup sample_group() {
   group.pull_bytes = 3569152;
   group.temperature = 0.7;
   group.top_p = 0.95;
+  group.filtered_groups = 3;
+  group.filtered_trajectories = 24;
+  group.round_groups = 4;
   return group;
 }
 
@@ -83,6 +86,9 @@ TEST_CASE("group codec: a round trip keeps every field the trainer uses", "[rl][
   CHECK(g.pull_bytes == 3569152);
   CHECK(g.temperature == 0.7);  // exactly: the trainer compares it with its own
   CHECK(g.top_p == 0.95);
+  CHECK(g.filtered_groups == 3);  // the generator's dynamic filter
+  CHECK(g.filtered_trajectories == 24);
+  CHECK(g.round_groups == 4);
   REQUIRE(g.trajectories.size() == group.trajectories.size());
   for (std::size_t i = 0; i < g.trajectories.size(); ++i) {
     const rollout::Trajectory& a = group.trajectories[i];
@@ -117,8 +123,8 @@ TEST_CASE("group codec: a round trip keeps every field the trainer uses", "[rl][
 TEST_CASE("group codec: a different schema or shape is refused with the reason", "[rl][channel]") {
   const json good = as_json(channel::encode_group(sample_group()));
   json j = good;
-  j["schema"] = "weightsync-trajectories/1";  // from before groups carried their temperature
-  CHECK(error_of(j).find("expected \"weightsync-trajectories/2\"") != std::string::npos);
+  j["schema"] = "weightsync-trajectories/2";  // from before groups carried what the generator filtered
+  CHECK(error_of(j).find("expected \"weightsync-trajectories/3\"") != std::string::npos);
   j = good;
   j.erase("temperature");
   CHECK(error_of(j).find("missing \"temperature\"") != std::string::npos);
@@ -145,6 +151,51 @@ TEST_CASE("group codec: a different schema or shape is refused with the reason",
   j["trajectories"] = json::array();
   CHECK(error_of(j).find("0 trajectories") != std::string::npos);
   CHECK_FALSE(channel::decode_group(as_bytes(json::array({1, 2}))).ok());
+}
+
+TEST_CASE("group codec: the dynamic filter's counts are bounded: absurd ones are refused, not summed",
+          "[rl][channel]") {
+  const json good = as_json(channel::encode_group(sample_group()));
+  auto with = [&](const char* key, const json& value) {
+    json j = good;
+    j[key] = value;
+    return error_of(j);
+  };
+  for (const char* key : {"filtered_groups", "filtered_trajectories", "round_groups"}) {
+    json j = good;
+    j.erase(key);
+    CHECK(error_of(j).find(std::string("missing \"") + key + "\"") != std::string::npos);
+    CHECK(with(key, -1).find("has the wrong type") != std::string::npos);
+  }
+  // A hostile generator's counts that would overflow the trainer's sums.
+  CHECK(with("filtered_groups", std::uint64_t{1} << 63).find("out of range") != std::string::npos);
+  CHECK(with("filtered_groups", channel::kMaxFilteredGroups + 1).find("out of range") != std::string::npos);
+  for (std::uint64_t groups : {channel::kMaxFilteredGroups + 1, std::uint64_t{1} << 54, std::uint64_t{1} << 63}) {
+    json j = good;  // one trajectory per group: only the bound on groups stands in the way
+    j["filtered_groups"] = groups;
+    j["filtered_trajectories"] = groups;
+    CHECK(error_of(j).find("out of range") != std::string::npos);
+  }
+  CHECK(with("filtered_trajectories", ~std::uint64_t{0}).find("out of range") != std::string::npos);
+  // More trajectories than groups can hold, or fewer than one per group.
+  CHECK(with("filtered_trajectories", 3 * channel::kMaxTrajectories + 1).find("out of range") !=
+        std::string::npos);
+  CHECK(with("filtered_trajectories", 2).find("out of range") != std::string::npos);
+  json none = good;
+  none["filtered_groups"] = 0;
+  none["filtered_trajectories"] = 1;
+  CHECK(error_of(none).find("out of range") != std::string::npos);
+  CHECK(with("round_groups", 0).find("round_groups 0") != std::string::npos);
+  CHECK(with("round_groups", channel::kMaxRoundGroups + 1).find("allowed") != std::string::npos);
+  // The largest counts allowed pass.
+  json largest = good;
+  largest["filtered_groups"] = channel::kMaxFilteredGroups;
+  largest["filtered_trajectories"] = channel::kMaxFilteredGroups * channel::kMaxTrajectories;
+  largest["round_groups"] = channel::kMaxRoundGroups;
+  auto decoded = channel::decode_group(as_bytes(largest));
+  INFO((decoded.ok() ? std::string() : decoded.error().message));
+  REQUIRE(decoded.ok());
+  CHECK(decoded.value().filtered_trajectories == channel::kMaxFilteredGroups * channel::kMaxTrajectories);
 }
 
 TEST_CASE("group codec: out-of-range trajectory fields are refused", "[rl][channel]") {

@@ -209,6 +209,7 @@ generator::GeneratorOptions two_round_options(const TinyTrainer& trainer, const 
   options.prompts = 2;
   options.group_size = 2;
   options.max_rounds = 2;
+  options.dynamic_filter = false;  // one group per prompt (a random policy's would all be filtered)
   options.tasks = {rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy},
                    rollout::TaskMix{zorplex::TaskKind::kCompositional, zorplex::Difficulty::kMedium}};
   options.task_seed_base = 500;

@@ -36,11 +36,13 @@ read_addresses() {
   trajectories=$(sed -n 's/.*"trajectories":"\([^"]*\)".*/\1/p' "$work/address.json")
 }
 # start_generator ID LOG [generator options...]: in the background; its pid in $last_pid.
+# The trainers here keep zero-variance groups (--keep-zero-variance) and so
+# refuse filtered ones: the generators' dynamic filter is off.
 start_generator() {
   local id=$1 log=$2
   shift 2
   "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id "$id" \
-    --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 "$@" >"$log" 2>&1 &
+    --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 --dynamic-filter off "$@" >"$log" 2>&1 &
   last_pid=$!
   pids+=("$last_pid")
 }
@@ -121,7 +123,7 @@ run_rounds() {  # run_rounds LOG [generator options...]: 2 rounds of generator 0
   shift
   "$build/bin/generator" --trainer "$weights" --trajectories "$trajectories" --checkpoint "$work/start" --id 0 \
     --prompts 1 --group-size 3 --trainer-timeout 60 --threads 1 --mode async --rounds 2 --task-seed-base 300000 \
-    --out "$work/resume" --transcripts "$work/resume" "$@" >"$log" 2>&1 ||
+    --out "$work/resume" --transcripts "$work/resume" --dynamic-filter off "$@" >"$log" 2>&1 ||
     fail "generator 0 ($*) failed: $(tail -n 3 "$log")"
 }
 run_rounds "$work/resume-first.log"

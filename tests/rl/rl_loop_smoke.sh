@@ -16,7 +16,12 @@
 # (--carry-candidates 4: from the same task streams, every round of it takes
 # at least as many carries in as the sync run's round of that number, and
 # some more);
-# rl-report's accuracy figures over both runs.
+# rl-report's accuracy figures over both runs. Those two runs keep
+# zero-variance groups (--keep-zero-variance), so rl-run.sh turns the
+# generators' dynamic filter off; a third, short sync run has it on: every
+# sampled group is sent or filtered, each step's trajectories_filtered is
+# what its round's generators filtered, and sampled = trained + filtered +
+# the zero-variance groups the trainer's safety net dropped.
 # Usage: rl_loop_smoke.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
 build="$1" source="$2" work="$3"
@@ -35,9 +40,11 @@ bad="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --train
 bad_rc=$?
 task="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --task compositional:tricky 2>&1)"; task_rc=$?
 carries="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --carry-candidates 0 2>&1)"; carries_rc=$?
+filter="$("$source/scripts/rl-run.sh" --start "$work/start" --out "$work/x" --dynamic-filter on -- --baseline running 2>&1)"; filter_rc=$?
 set -e
 [ "$task_rc" -eq 2 ] && [[ "$task" == *"--task must be"* ]] || fail "--task compositional:tricky: rc $task_rc, '$task'"
 [ "$carries_rc" -eq 2 ] && [[ "$carries" == *"--carry-candidates must be"* ]] || fail "--carry-candidates 0: rc $carries_rc, '$carries'"
+[ "$filter_rc" -eq 2 ] && [[ "$filter" == *"refuses filtered ones"* ]] || fail "--dynamic-filter on with --baseline running: rc $filter_rc, '$filter'"
 [ "$half_rc" -eq 2 ] && [[ "$half" == *"go together"* ]] || fail "--trainer-cpus alone: rc $half_rc, '$half'"
 [ "$bad_rc" -eq 2 ] && [[ "$bad" == *"not a CPU list of this machine"* ]] || fail "CPU 100000: rc $bad_rc, '$bad'"
 
@@ -81,6 +88,8 @@ for mode in sync async; do
     grep -q '"event":"round"' "$run/generator-$g.jsonl" || fail "$mode: generator $g logged no round"
     grep -q "generator $g: stopped after" "$run/generator-$g.log" || fail "$mode: generator $g did not stop cleanly"
     grep -q "generator $g: sampling $said tasks" "$run/generator-$g.log" || fail "$mode: generator $g did not sample $said"
+    grep -q "generator $g: dynamic filter off" "$run/generator-$g.log" ||
+      fail "$mode: with --keep-zero-variance rl-run.sh should turn generator $g's dynamic filter off"
   done
   [ -s "$run/policy.safetensors" ] && [ -s "$run/optimizer-step3.safetensors" ] || fail "$mode: no RL checkpoint at step 3"
   "$build/rl/zorplex-eval" --checkpoint "$run" --count 2 --batch 2 >"$run/eval.log" 2>&1 ||
@@ -104,6 +113,43 @@ for g in 0 1; do
   done
 done
 [ "$more" -gt 0 ] || fail "--carry-candidates 4 never chose a task with more carries in"
+# The dynamic filter on (the default without --keep-zero-variance): sync, 2
+# steps of 2 generators x 2 prompts x 3 episodes, at most 4 x 2 prompts a round.
+run="$work/filter"
+"$source/scripts/rl-run.sh" --start "$work/start" --out "$run" --mode sync --steps 2 --prompts 2 --group-size 3 \
+  --temperature 0.7 -- --idle-timeout 60 --round-timeout 30 >"$work/filter.log" 2>&1 ||
+  fail "filter: rl-run.sh failed: $(tail -n 5 "$work/filter.log")"
+grep -q "done after 2 steps (version 3)" "$run/trainer.log" || fail "filter: the trainer did not finish at version 3"
+for g in 0 1; do
+  grep -q "generator $g: dynamic filter on" "$run/generator-$g.log" || fail "filter: generator $g's filter is not on"
+  while read -r line; do
+    sampled=$(echo "$line" | field prompts_sampled) filtered=$(echo "$line" | field groups_filtered)
+    sent=$(echo "$line" | field groups_sent) cap=$(echo "$line" | field cap_hit)
+    [ "$((sent + filtered))" -eq "$sampled" ] || fail "filter: generator $g sent $sent + filtered $filtered != $sampled sampled"
+    [ "$sampled" -ge 2 ] && [ "$sampled" -le 8 ] || fail "filter: generator $g sampled $sampled prompts (2..8)"
+    [ "$sent" -eq 2 ] || { [ "$cap" = true ] && [ "$sampled" -eq 8 ]; } ||
+      fail "filter: generator $g sent $sent groups without reaching its cap ($sampled prompts)"
+  done < <(grep '"event":"round"' "$run/generator-$g.jsonl" | grep '"version":[12],')  # a stopped round may not send
+done
+zero_before=0
+while read -r line; do
+  version=$(echo "$line" | field trained_on_version)
+  at_source=0
+  for g in 0 1; do
+    n=$(grep '"event":"round"' "$run/generator-$g.jsonl" | grep "\"version\":$version," | field trajectories_filtered)
+    at_source=$((at_source + ${n:-0}))
+  done
+  sampled=$(echo "$line" | field trajectories_sampled) trained=$(echo "$line" | field trajectories_trained)
+  filtered=$(echo "$line" | field trajectories_filtered)
+  zero=$(echo "$line" | sed -n 's/.*"zero_variance_groups":\([0-9]*\).*/\1/p')
+  [ "$filtered" -eq "$at_source" ] || fail "filter: step at version $version: $filtered filtered, its generators filtered $at_source"
+  [ "$sampled" -eq "$((trained + filtered + 3 * (zero - zero_before)))" ] ||
+    fail "filter: step at version $version: sampled $sampled != trained $trained + filtered $filtered + zero-variance"
+  zero_before=$zero
+done < <(grep '"event":"step"' "$run/trainer.jsonl")
+grep -q "trainer: step   1/2 .* sampled [0-9]* filtered [0-9]* trained [0-9]*" "$run/trainer.log" ||
+  fail "filter: the trainer's step line does not say sampled, filtered and trained"
+
 # rl-report over both runs: the figures are issue 19's (at least 90% after
 # RL, the start's error at least halved). Start 80%: sync's 92% meets both,
 # async's 88% neither (error 20% -> 12% is not halved).
