@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "tiny_policy.h"
 #include "channel/group_channel.h"
 #include "generator/generator_loop.h"
 #include "loop/policy_weights.h"
@@ -25,21 +26,8 @@
 
 namespace {
 
-policy::ModelConfig tiny_config() {
-  policy::ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.d_ff = 64;
-  c.max_seq_len = 256;
-  return c;
-}
-
-policy::Transformer model_with_seed(std::uint64_t seed) {
-  auto model = policy::Transformer::create(tiny_config(), seed);
-  REQUIRE(model);
-  return std::move(model).value();
-}
+using rltest::model_with_seed;
+using rltest::tiny_config;
 
 nlohmann::json round_event(const std::string& path) {
   std::ifstream in(path);

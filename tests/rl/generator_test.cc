@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "tiny_policy.h"
 #include "channel/group_channel.h"
 #include "generator/generator_loop.h"
 #include "generator/generator_state.h"
@@ -33,21 +34,8 @@
 
 namespace {
 
-policy::ModelConfig tiny_config() {
-  policy::ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.d_ff = 64;
-  c.max_seq_len = 256;
-  return c;
-}
-
-policy::Transformer model_with_seed(std::uint64_t seed) {
-  auto model = policy::Transformer::create(tiny_config(), seed);
-  REQUIRE(model);
-  return std::move(model).value();
-}
+using rltest::model_with_seed;
+using rltest::tiny_config;
 
 bool same_weights(const policy::Transformer& a, const policy::Transformer& b) {
   return torch::equal(a.flat_parameters(), b.flat_parameters());

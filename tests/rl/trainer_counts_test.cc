@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tiny_policy.h"
 #include "channel/group_channel.h"
 #include "rollout/rollout.h"
 #include "trainer/algorithm_choice.h"
@@ -25,15 +26,8 @@
 
 namespace {
 
-policy::ModelConfig tiny_config() {
-  policy::ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.d_ff = 64;
-  c.max_seq_len = 256;
-  return c;
-}
+using rltest::model_with_seed;
+using rltest::tiny_config;
 
 // Three episodes of one easy task sampled by `model` (version 1, temperature
 // 1), with the given rewards and dynamic-filter fields.
