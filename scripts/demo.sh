@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: the full RL loop on Zorplex over libweightsync, on localhost.
 #   1. the SFT warm start of the policy, 1,200 steps (cached:
-#      $WEIGHTSYNC_CACHE_DIR, default ~/.cache/weightsync; about 8 minutes on
-#      a 2-vCPU VM the first time, the whole demo about 14),
+#      $WEIGHTSYNC_CACHE_DIR, default ~/.cache/weightsync; about 8-12 minutes on
+#      a 2-vCPU VM the first time, the whole demo about 21; 9 once cached),
 #   2. greedy evaluation of that starting policy on 200 held-out easy tasks
 #      (the targets') and 200 medium ones,
 #   3. a sync run and an async run of GRPO, 30 steps each, from it on easy and medium tasks
