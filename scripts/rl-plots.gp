@@ -1,11 +1,12 @@
 # Plots of the RL demo, from rl-report's data files.
 #   gnuplot -e "dir='OUT/plots'" scripts/rl-plots.gp
-# learning.png: the fraction of training episodes solved (sampled at the
-#   generators' temperature, every one of the step's batch, before the
-#   zero-variance filter; points per step, lines the mean of the last 5
-#   steps) against wall time, sync vs async, the trainer's periodic greedy
-#   evaluations on a fixed held-out subset (trainer --eval-every; squares),
-#   and the full greedy held-out evaluations as horizontal lines. timeline.png: what each process did
+# learning.png: the fraction of sampled episodes solved at the generators
+#   (every trajectory they sampled, at their temperature, before any filter;
+#   points per round, lines the mean of the last 8 rounds) against wall time,
+#   sync vs async, the trainer's periodic greedy evaluations on fixed held-out
+#   subsets (trainer --eval-every --eval-difficulty: squares medium, triangles
+#   easy), and the full greedy held-out evaluations on the target environment
+#   (medium) as horizontal lines. timeline.png: what each process did
 #   (Gantt), sync above async.
 # Options (-e): window=SECONDS (default 40) and from=SECONDS (default 0) pick
 #   the timeline's span; runs="NAME NAME" picks its runs, the names given to
@@ -22,21 +23,25 @@ if (!exists("runs")) runs = "sync async"
 if (runs eq "sync async") {
   set terminal pngcairo size 1200,550 font ",10" noenhanced
   set output dir."/learning.png"
-  set title "RL on Zorplex: training episodes solved (sampled), and greedy accuracy on 200 held-out tasks"
+  set title "RL on Zorplex: episodes solved at the generators (sampled), and greedy accuracy on held-out tasks"
   set xlabel "wall time since the first publish (s)"
   set ylabel "fraction correct"
   set key outside right
   set grid
   set yrange [0:1]
-  plot dir."/curve-sync.dat" using 2:4 with points pt 7 ps 0.5 lc rgb "#9ecae1" title "sync, per step", \
-       dir."/curve-sync.dat" using 2:7 with lines lw 2 lc rgb "#1f77b4" title "sync, last 5 steps", \
-       dir."/curve-async.dat" using 2:4 with points pt 7 ps 0.5 lc rgb "#fdae6b" title "async, per step", \
-       dir."/curve-async.dat" using 2:7 with lines lw 2 lc rgb "#e6550d" title "async, last 5 steps", \
-       dir."/evalcurve-sync.dat" using 2:3 with linespoints pt 5 ps 1 lw 2 lc rgb "#08306b" title "sync, greedy on the held-out subset", \
-       dir."/evalcurve-async.dat" using 2:3 with linespoints pt 5 ps 1 lw 2 lc rgb "#7f2704" title "async, greedy on the held-out subset", \
-       eval_before with lines dt 2 lw 2 lc rgb "#555555" title sprintf("greedy eval before: %.1f%%", 100 * eval_before), \
-       eval_after_sync with lines dt 3 lw 2 lc rgb "#1f77b4" title sprintf("greedy eval after sync: %.1f%%", 100 * eval_after_sync), \
-       eval_after_async with lines dt 3 lw 2 lc rgb "#e6550d" title sprintf("greedy eval after async: %.1f%%", 100 * eval_after_async)
+  # rl-report writes both subsets' files; one the trainer did not evaluate is empty (drawn as nothing).
+  curve(run, suffix) = dir."/evalcurve-".run.suffix.".dat"
+  plot dir."/gencurve-sync.dat" using 1:4 with points pt 7 ps 0.4 lc rgb "#9ecae1" title "sync, sampled, per round", \
+       dir."/gencurve-sync.dat" using 1:5 with lines lw 2 lc rgb "#1f77b4" title "sync, sampled, last 8 rounds", \
+       dir."/gencurve-async.dat" using 1:4 with points pt 7 ps 0.4 lc rgb "#fdae6b" title "async, sampled, per round", \
+       dir."/gencurve-async.dat" using 1:5 with lines lw 2 lc rgb "#e6550d" title "async, sampled, last 8 rounds", \
+       curve("sync", "-medium") using 2:3 with linespoints pt 5 ps 1 lw 2 lc rgb "#08306b" title "sync, greedy, medium subset", \
+       curve("async", "-medium") using 2:3 with linespoints pt 5 ps 1 lw 2 lc rgb "#7f2704" title "async, greedy, medium subset", \
+       curve("sync", "") using 2:3 with linespoints pt 9 ps 1 lw 1 dt 2 lc rgb "#08306b" title "sync, greedy, easy subset", \
+       curve("async", "") using 2:3 with linespoints pt 9 ps 1 lw 1 dt 2 lc rgb "#7f2704" title "async, greedy, easy subset", \
+       eval_before with lines dt 2 lw 2 lc rgb "#555555" title sprintf("medium, 200 held-out, before: %.1f%%", 100 * eval_before), \
+       eval_after_sync with lines dt 3 lw 2 lc rgb "#1f77b4" title sprintf("medium, 200 held-out, after sync: %.1f%%", 100 * eval_after_sync), \
+       eval_after_async with lines dt 3 lw 2 lc rgb "#e6550d" title sprintf("medium, 200 held-out, after async: %.1f%%", 100 * eval_after_async)
 }
 
 set output dir."/timeline.png"

@@ -3,6 +3,12 @@
 //
 //   rl-report --before EVAL.json --run sync=DIR --eval sync=EVAL.json
 //             --run async=DIR --eval async=EVAL.json --out report.json [--plots DIR]
+//   rl-report --before EASY.json --before MEDIUM.json --run sync/1=DIR
+//             --eval sync/1=EASY.json --eval sync/1=MEDIUM.json ...
+//             --control CONTROL-MEDIUM.json --out report.json
+//             several environments (each evaluation file says its own),
+//             seeds of a mode (MODE/SEED), and the SFT-only control: the
+//             "targets" object checks issue 33's figures (rl_report_targets.h)
 //   rl-report --summarize report.json        print it as a table
 //   rl-report --run off=DIR --run on=DIR --out report.json   runs only: no
 //             evaluations, no accuracy figures (any run names)
@@ -13,8 +19,13 @@
 // report.json: eval {n, kind, seed, before, after_<run>...}, one object per
 // run (wall_s, steps, trajectories, rates, staleness, drops, step and pull
 // times, digests checked), weight_sync (transport, bytes_per_pull, pulls,
-// median_s, share_of_step) and figures (accuracy gains, the accuracy
-// required after RL, the error rate before and after and whether RL halved it).
+// median_s, share_of_step), figures (on the target environment: accuracy
+// gains, the accuracy required after RL, the error rate before and after and
+// whether RL halved it) and targets (rl_report_targets.h). Each run also has
+// its totals of trajectories sampled, filtered at the source and trained on,
+// and with --plots its generators' correct rate round by round
+// (gencurve-NAME.dat: every trajectory they sampled, before any filter,
+// unlike the trainer's step figures, which see only what it trains on).
 // Exit codes: 0 written, 1 unreadable input, 2 bad usage.
 #include <CLI/CLI.hpp>
 
@@ -27,6 +38,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "rl_report_targets.h"
 
 namespace {
 
@@ -97,6 +110,11 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   std::vector<double> step_seconds;
   std::vector<double> train_seconds;
   std::uint64_t trajectories = 0;
+  // Every step's sampled, filtered-at-the-source and trained-on trajectories
+  // (issue 33: the over-sampling of both modes, in one line).
+  std::uint64_t sampled_total = 0;
+  std::uint64_t filtered_total = 0;
+  std::uint64_t trained_total = 0;
   double staleness_weighted = 0.0;
   std::uint64_t staleness_max = 0;
   json dropped = json::object();
@@ -107,9 +125,21 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   std::vector<double> rewards;
   std::vector<double> corrects;
   json periodic_eval = json::array();  // the trainer's greedy held-out evaluations (--eval-every)
-  std::ofstream eval_curve;
-  if (!plots.empty()) eval_curve.open(plots + "/evalcurve-" + name + ".dat");
-  if (eval_curve) eval_curve << "# step wall_s accuracy tasks\n";
+  // One curve file per difficulty: evalcurve-NAME.dat (easy) and evalcurve-NAME-DIFFICULTY.dat.
+  std::map<std::string, std::ofstream> eval_curves;
+  const auto eval_curve_for = [&](const std::string& difficulty) -> std::ofstream* {
+    if (plots.empty()) return nullptr;
+    auto [it, inserted] = eval_curves.try_emplace(difficulty);
+    if (inserted) {
+      it->second.open(plots + "/evalcurve-" + name + (difficulty == "easy" ? "" : "-" + difficulty) + ".dat");
+      it->second << "# step wall_s accuracy tasks\n";
+    }
+    return &it->second;
+  };
+  if (!plots.empty()) {
+    eval_curve_for("easy");  // both files always, for the plot script: empty when not evaluated
+    eval_curve_for("medium");
+  }
   const auto last5 = [](const std::vector<double>& v) {
     const std::size_t n = std::min<std::size_t>(5, v.size());
     double sum = 0.0;
@@ -123,14 +153,16 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
       if (first_publish < 0) first_publish = r.value("time", 0.0);
     } else if (event == "eval") {
       const double at = r.value("time", 0.0) - first_publish;
+      const std::string difficulty = r.value("difficulty", "easy");
       periodic_eval.push_back({{"step", r.value("step", 0)},
                                {"version", r.value("version", std::uint64_t{0})},
+                               {"difficulty", difficulty},
                                {"wall_s", at},
                                {"tasks", r.value("tasks", 0)},
                                {"accuracy", r.value("accuracy", 0.0)}});
-      if (eval_curve) {
-        eval_curve << r.value("step", 0) << ' ' << at << ' ' << r.value("accuracy", 0.0) << ' '
-                   << r.value("tasks", 0) << '\n';
+      if (std::ofstream* eval_curve = eval_curve_for(difficulty)) {
+        *eval_curve << r.value("step", 0) << ' ' << at << ' ' << r.value("accuracy", 0.0) << ' '
+                    << r.value("tasks", 0) << '\n';
       }
     } else if (event == "step") {
       ++steps;
@@ -139,6 +171,9 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
       train_seconds.push_back(r.value("train_seconds", 0.0));
       const std::uint64_t n = r.value("trajectories", std::uint64_t{0});
       trajectories += n;
+      sampled_total += r.value("trajectories_sampled", n);
+      filtered_total += r.value("trajectories_filtered", std::uint64_t{0});
+      trained_total += r.value("trajectories_trained", n);
       staleness_weighted += r.value("staleness_mean", 0.0) * static_cast<double>(n);
       staleness_max = std::max(staleness_max, r.value("staleness_max", std::uint64_t{0}));
       dropped = r.value("dropped", json::object());
@@ -169,10 +204,19 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   // Rounds during which a new version was installed: generation ran through it.
   std::uint64_t rounds = 0;
   std::uint64_t rounds_through_update = 0;
+  struct Round {
+    double time;
+    std::uint64_t version;
+    std::uint64_t trajectories;
+    double correct_rate;
+  };
+  std::vector<Round> round_curve;
   for (const auto& [generator, records] : run.generators) {
     for (const json& r : records) {
       const std::string event = r.value("event", "");
       if (event == "round") {
+        round_curve.push_back({r.value("time", 0.0) - first_publish, r.value("version", std::uint64_t{0}),
+                               r.value("trajectories", std::uint64_t{0}), r.value("correct_rate", 0.0)});
         generated += r.value("trajectories", std::uint64_t{0});
         tokens += r.value("tokens", std::uint64_t{0});
         ++rounds;
@@ -199,6 +243,21 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   }
 
   if (!plots.empty()) {
+    // The generators' rounds in time order, each with the running mean over
+    // the last 8 rounds' trajectories (every sampled one, before any filter).
+    std::sort(round_curve.begin(), round_curve.end(), [](const Round& a, const Round& b) { return a.time < b.time; });
+    std::ofstream gencurve(plots + "/gencurve-" + name + ".dat");
+    gencurve << "# wall_s version trajectories correct_rate correct_rate_last8\n";
+    for (std::size_t i = 0; i < round_curve.size(); ++i) {
+      double correct = 0.0;
+      double count = 0.0;
+      for (std::size_t j = i >= 7 ? i - 7 : 0; j <= i; ++j) {
+        correct += round_curve[j].correct_rate * static_cast<double>(round_curve[j].trajectories);
+        count += static_cast<double>(round_curve[j].trajectories);
+      }
+      gencurve << round_curve[i].time << ' ' << round_curve[i].version << ' ' << round_curve[i].trajectories << ' '
+               << round_curve[i].correct_rate << ' ' << (count > 0 ? correct / count : 0.0) << '\n';
+    }
     std::ofstream gantt(plots + "/timeline-" + name + ".dat");
     gantt << "# row start_s end_s event_index process event half_height\n";
     const std::vector<std::string> events{"generate", "train",      "wait", "pull",   "publish",
@@ -222,6 +281,9 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
           {"steps", steps},
           {"trajectories", trajectories},
           {"trajectories_generated", generated},
+          {"trajectories_sampled", sampled_total},
+          {"trajectories_filtered", filtered_total},
+          {"trajectories_trained", trained_total},
           {"trajectories_per_s", wall > 0 ? static_cast<double>(trajectories) / wall : 0.0},
           {"generated_per_s", wall > 0 ? static_cast<double>(generated) / wall : 0.0},
           {"tokens_per_s", wall > 0 ? static_cast<double>(tokens) / wall : 0.0},
@@ -257,18 +319,53 @@ std::vector<std::string> run_names(const json& report) {
   return names;
 }
 
+// The policies of an evaluation table: the start first, then the control, then the runs in name order.
+std::vector<std::string> policy_order(std::vector<std::string> names) {
+  const auto rank = [](const std::string& name) { return name == "before" ? 0 : name == "control" ? 1 : 2; };
+  std::stable_sort(names.begin(), names.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  return names;
+}
+
 void print_summary(const json& report) {
   const json eval = report.value("eval", json::object());
   if (!eval.empty()) {
     std::printf("evaluation: %d held-out %s tasks, seed %lld, greedy\n", eval.value("n", 0),
                 eval.value("kind", "").c_str(), static_cast<long long>(eval.value("seed", 0LL)));
-    std::printf("  %-12s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
-    for (const char* name : {"before", "after_sync", "after_async"}) {
-      if (!eval.contains(name)) continue;
+    std::printf("  %-14s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
+    std::vector<std::string> names;
+    for (const auto& [name, entry] : eval.items()) {
+      if (entry.is_object()) names.push_back(name);
+    }
+    for (const std::string& name : policy_order(names)) {
       const json& entry = eval[name];
-      std::printf("  %-12s %8.1f%% %7.1f%% %7.2f %6.2f\n", name, 100 * entry.value("accuracy", 0.0),
+      std::printf("  %-14s %8.1f%% %7.1f%% %7.2f %6.2f\n", name.c_str(), 100 * entry.value("accuracy", 0.0),
                   100 * entry.value("format_rate", 0.0), entry.value("avg_turns", 0.0),
                   entry.value("avg_tool_calls", 0.0));
+    }
+  }
+  // Every environment evaluated, policy by policy (issue 33: the target and the checks beside it).
+  const json environments = report.value("environments", json::object());
+  if (environments.size() > 1) {
+    std::printf("accuracy by environment (greedy, held-out):\n  %-14s", "policy");
+    std::vector<std::string> policies;
+    for (const auto& [environment, entries] : environments.items()) {
+      std::printf(" %22s", environment.c_str());
+      for (const auto& [policy, unused] : entries.items()) {
+        if (std::find(policies.begin(), policies.end(), policy) == policies.end()) policies.push_back(policy);
+      }
+    }
+    std::printf("\n");
+    for (const std::string& policy : policy_order(policies)) {
+      std::printf("  %-14s", policy.c_str());
+      for (const auto& [environment, entries] : environments.items()) {
+        if (entries.contains(policy)) {
+          std::printf(" %21.1f%%", 100 * entries[policy].value("accuracy", 0.0));
+        } else {
+          std::printf(" %22s", "-");
+        }
+      }
+      std::printf("\n");
     }
   }
   std::printf("runs:\n  %-6s %6s %6s %8s %8s %8s %9s %11s %10s\n", "mode", "steps", "wall_s", "traj",
@@ -283,6 +380,14 @@ void print_summary(const json& report) {
         static_cast<unsigned long long>(r.value("staleness_max", 0ULL)), 1000 * r.value("pull_s_median", 0.0),
         static_cast<unsigned long long>(r.value("digests_matched", 0ULL)),
         static_cast<unsigned long long>(r.value("digests_checked", 0ULL)));
+  }
+  for (const std::string& run : run_names(report)) {
+    const json& r = report[run];
+    if (!r.contains("trajectories_sampled")) continue;
+    std::printf("  %-8s trajectories: %llu sampled, %llu filtered at the source, %llu trained on\n", run.c_str(),
+                static_cast<unsigned long long>(r.value("trajectories_sampled", 0ULL)),
+                static_cast<unsigned long long>(r.value("trajectories_filtered", 0ULL)),
+                static_cast<unsigned long long>(r.value("trajectories_trained", 0ULL)));
   }
   for (const std::string& run : run_names(report)) {
     if (report[run].value("blocked_updates", 0ULL) == 0) continue;
@@ -319,6 +424,7 @@ void print_summary(const json& report) {
           figures.value("error_halved_" + run, false) ? "at least halved" : "NOT halved");
     }
   }
+  if (report.contains("targets")) rl_report::print_targets(report["targets"]);
 }
 
 bool split_pair(const std::string& text, std::string& key, std::string& value) {
@@ -329,25 +435,55 @@ bool split_pair(const std::string& text, std::string& key, std::string& value) {
   return true;
 }
 
+// Reads an evaluation file; Error text in *error when it is not one.
+bool read_eval(const std::string& path, json& eval, std::string& error) {
+  std::ifstream in(path);
+  if (!in) {
+    error = "cannot read " + path;
+    return false;
+  }
+  eval = json::parse(in, nullptr, false);
+  if (eval.is_discarded() || !eval.is_object() || !eval.contains("accuracy")) {
+    error = path + " is not an evaluation JSON file (zorplex-eval --json)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   CLI::App app{"Builds the RL demo's report.json (and plot data) from run folders and evaluation files."};
-  std::string before;
+  std::vector<std::string> befores;
   std::vector<std::string> runs;
   std::vector<std::string> evals;
+  std::vector<std::string> controls;
   std::string out;
   std::string plots;
-  double required_accuracy = 0.90;
+  rl_report::TargetOptions target;
   std::string summarize;
   app.add_option("--summarize", summarize, "Print this report.json as a table and exit");
-  app.add_option("--before", before, "zorplex-eval --json of the starting policy (needed for --eval and the accuracy figures)");
-  app.add_option("--run", runs, "NAME=DIR of an RL run (repeatable)");
-  app.add_option("--eval", evals, "NAME=FILE: zorplex-eval --json of that run's final policy (repeatable)");
+  app.add_option("--before", befores,
+                 "zorplex-eval --json of the starting policy, one per environment (repeatable; needed for --eval "
+                 "and the accuracy figures)");
+  app.add_option("--run", runs, "NAME=DIR of an RL run (repeatable); NAME MODE/SEED makes it one seed of MODE");
+  app.add_option("--eval", evals,
+                 "NAME=FILE: zorplex-eval --json of that run's final policy (repeatable: one per environment)");
+  app.add_option("--control", controls,
+                 "zorplex-eval --json of the SFT-only control (the RL time spent on more SFT), one per environment "
+                 "(repeatable)");
   app.add_option("--out", out, "report.json to write");
-  app.add_option("--plots", plots, "Folder for the plot data (curve-NAME.dat, timeline-NAME.dat)");
-  app.add_option("--required-accuracy", required_accuracy,
-                 "Greedy accuracy after RL the figures ask for (they also ask RL to halve the start's error)")
+  app.add_option("--plots", plots, "Folder for the plot data (curve-NAME.dat, gencurve-NAME.dat, timeline-NAME.dat)");
+  app.add_option("--target", target.environment,
+                 "The environment RL must learn: its accuracy and error figures; every other one evaluated before "
+                 "must not drop. An evaluation file without settings counts as this one")
+      ->capture_default_str();
+  app.add_option("--required-accuracy", target.required_accuracy,
+                 "Greedy accuracy after RL the figures ask for on --target, mean over a mode's seeds (they also "
+                 "ask every seed to halve the start's error)")
+      ->capture_default_str();
+  app.add_option("--required-lead", target.required_lead,
+                 "Points (as a fraction) RL must lead the SFT-only control by on --target")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!summarize.empty()) {
@@ -364,47 +500,79 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "rl-report: --run and --out are required (or --summarize); see --help\n");
     return 2;
   }
-  if (before.empty() && !evals.empty()) {
-    std::fprintf(stderr, "rl-report: --eval needs --before (the accuracy figures compare the two); see --help\n");
+  if (befores.empty() && (!evals.empty() || !controls.empty())) {
+    std::fprintf(stderr,
+                 "rl-report: --eval and --control need --before (the accuracy figures compare with it); see --help\n");
     return 2;
   }
 
-  // Without --before the report has the runs only: no evaluations, no accuracy figures.
-  json before_eval = json::object();
-  json report;
-  if (!before.empty()) {
-    std::ifstream before_file(before);
-    before_eval = json::parse(before_file, nullptr, false);
-    if (before_eval.is_discarded()) {
-      std::fprintf(stderr, "rl-report: %s is not an evaluation JSON file\n", before.c_str());
+  // The evaluations, by environment (each file says its own).
+  std::string error;
+  rl_report::EvalsByEnvironment before_by_env;
+  for (const std::string& path : befores) {
+    json eval;
+    if (!read_eval(path, eval, error)) {
+      std::fprintf(stderr, "rl-report: %s\n", error.c_str());
       return 1;
     }
-    const json settings = before_eval.value("settings", json::object());
-    report["eval"] = {{"n", before_eval.value("tasks", 0)},
-                      {"kind", settings.value("kind", "") + ":" + settings.value("difficulty", "")},
-                      {"seed", std::atoll(settings.value("seed", "0").c_str())},
-                      {"greedy", settings.value("temperature", "") == "0.000000"},
-                      {"before", eval_entry(before_eval)}};
+    const std::string environment = rl_report::environment_of(eval, target.environment);
+    before_by_env[environment] = std::move(eval);
   }
-  if (!plots.empty()) std::filesystem::create_directories(plots);
-  json weight_sync = json::object();
-  std::vector<double> all_pulls;
-  std::uint64_t total_pulls = 0;
-  json figures = json::object();
-  std::map<std::string, json> evals_by_run;
+  rl_report::EvalsByEnvironment control_by_env;
+  for (const std::string& path : controls) {
+    json eval;
+    if (!read_eval(path, eval, error)) {
+      std::fprintf(stderr, "rl-report: %s\n", error.c_str());
+      return 1;
+    }
+    const std::string environment = rl_report::environment_of(eval, target.environment);
+    control_by_env[environment] = std::move(eval);
+  }
+  std::map<std::string, rl_report::EvalsByEnvironment> evals_by_run;
   for (const std::string& pair : evals) {
     std::string name, path;
     if (!split_pair(pair, name, path)) {
       std::fprintf(stderr, "rl-report: --eval wants NAME=FILE, got %s\n", pair.c_str());
       return 2;
     }
-    std::ifstream in(path);
-    evals_by_run[name] = json::parse(in, nullptr, false);
-    if (evals_by_run[name].is_discarded()) {
-      std::fprintf(stderr, "rl-report: %s is not an evaluation JSON file\n", path.c_str());
+    json eval;
+    if (!read_eval(path, eval, error)) {
+      std::fprintf(stderr, "rl-report: %s\n", error.c_str());
       return 1;
     }
+    const std::string environment = rl_report::environment_of(eval, target.environment);
+    evals_by_run[name][environment] = std::move(eval);
   }
+  if (!before_by_env.empty() && before_by_env.count(target.environment) == 0) {
+    std::fprintf(stderr, "rl-report: no --before evaluation is on the target environment %s (--target)\n",
+                 target.environment.c_str());
+    return 2;
+  }
+
+  // Without --before the report has the runs only: no evaluations, no accuracy figures.
+  json report;
+  const json before_eval =
+      before_by_env.empty() ? json::object() : before_by_env.at(target.environment);
+  if (!before_by_env.empty()) {
+    const json settings = before_eval.value("settings", json::object());
+    report["eval"] = {{"n", before_eval.value("tasks", 0)},
+                      {"kind", target.environment},
+                      {"seed", std::atoll(settings.value("seed", "0").c_str())},
+                      {"greedy", settings.value("temperature", "") == "0.000000"},
+                      {"before", eval_entry(before_eval)}};
+    json environments = json::object();
+    for (const auto& [environment, eval] : before_by_env) environments[environment]["before"] = eval_entry(eval);
+    for (const auto& [environment, eval] : control_by_env) environments[environment]["control"] = eval_entry(eval);
+    for (const auto& [name, by_env] : evals_by_run) {
+      for (const auto& [environment, eval] : by_env) environments[environment]["after_" + name] = eval_entry(eval);
+    }
+    report["environments"] = environments;
+  }
+  if (!plots.empty()) std::filesystem::create_directories(plots);
+  json weight_sync = json::object();
+  std::vector<double> all_pulls;
+  std::uint64_t total_pulls = 0;
+  json figures = json::object();
   std::vector<double> step_medians;
   for (const std::string& pair : runs) {
     std::string name, dir;
@@ -416,38 +584,55 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr, "rl-report: %s has no trainer.jsonl (not an RL run folder)\n", dir.c_str());
       return 1;
     }
-    report[name] = summarize_run(name, read_run(dir), weight_sync, all_pulls, plots);
+    // Plot data files are named after the run: MODE/SEED becomes MODE-SEED.
+    std::string file_name = name;
+    std::replace(file_name.begin(), file_name.end(), '/', '-');
+    report[name] = summarize_run(file_name, read_run(dir), weight_sync, all_pulls, plots);
     total_pulls += report[name]["pulls"].get<std::uint64_t>();
     step_medians.push_back(report[name]["step_s_median"].get<double>());
-    if (evals_by_run.count(name) != 0) {
-      report["eval"]["after_" + name] = eval_entry(evals_by_run[name]);
-      // Issue 19's targets: at least required_accuracy after RL, and RL at
-      // least halves the starting policy's error rate.
-      const double after_accuracy = evals_by_run[name].value("accuracy", 0.0);
+    const auto run_evals = evals_by_run.find(name);
+    const auto after = run_evals == evals_by_run.end() ? nullptr : &run_evals->second;
+    if (after != nullptr && after->count(target.environment) != 0) {
+      const json& after_eval = after->at(target.environment);
+      report["eval"]["after_" + name] = eval_entry(after_eval);
+      // On the target environment: the accuracy after RL against the
+      // required one, and whether RL at least halved the start's error.
+      const double after_accuracy = after_eval.value("accuracy", 0.0);
       const double start_accuracy = before_eval.value("accuracy", 0.0);
       figures["accuracy_gain_" + name] = after_accuracy - start_accuracy;
       figures["accuracy_after_" + name] = after_accuracy;
-      figures["meets_accuracy_" + name] = after_accuracy >= required_accuracy - 1e-9;
+      figures["meets_accuracy_" + name] = after_accuracy >= target.required_accuracy - 1e-9;
       figures["error_after_" + name] = 1.0 - after_accuracy;
       figures["error_halved_" + name] = 1.0 - after_accuracy <= (1.0 - start_accuracy) / 2 + 1e-9;
     }
+  }
+  for (const auto& [name, by_env] : evals_by_run) {
+    if (report.contains(name)) continue;
+    std::fprintf(stderr, "rl-report: --eval %s=... names no --run (check the spelling)\n", name.c_str());
+    return 2;
   }
   weight_sync["pulls"] = total_pulls;
   weight_sync["median_s"] = median(all_pulls);
   const double step_median = median(step_medians);
   weight_sync["share_of_step"] = step_median > 0 ? median(all_pulls) / step_median : 0.0;
   report["weight_sync"] = weight_sync;
-  if (!before.empty()) {
-    figures["required_accuracy"] = required_accuracy;
+  if (!before_by_env.empty()) {
+    figures["required_accuracy"] = target.required_accuracy;
     figures["error_before"] = 1.0 - before_eval.value("accuracy", 0.0);
   }
   report["figures"] = figures;
+  if (!evals_by_run.empty()) {
+    report["targets"] = rl_report::check_targets(before_by_env, evals_by_run, control_by_env, target);
+  }
 
   if (!plots.empty() && report.contains("eval")) {
     // Greedy evaluation accuracies for the learning-curve plot.
     std::ofstream labels(plots + "/evals.gp");
     for (const auto& [name, entry] : report["eval"].items()) {
-      if (entry.is_object()) labels << "eval_" << name << " = " << entry.value("accuracy", 0.0) << "\n";
+      if (!entry.is_object()) continue;
+      std::string label = name;
+      std::replace(label.begin(), label.end(), '/', '_');
+      labels << "eval_" << label << " = " << entry.value("accuracy", 0.0) << "\n";
     }
   }
   std::ofstream file(out);
