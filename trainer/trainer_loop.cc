@@ -228,28 +228,36 @@ zorplex::Result<bool> TrainerLoop::checkpoint() {
 }
 
 zorplex::Result<bool> TrainerLoop::evaluate_held_out() {
-  rollout::EvalOptions eval;  // greedy, held-out seed 42
-  eval.count = options_.eval_tasks;
-  eval.batch_size = std::min(options_.eval_tasks, 64);  // larger batches: about 20% faster than 16 on a CPU
-  eval.rollout.format = eval_format_;
-  const double start = loop::wall_clock_seconds();
-  auto result = rollout::evaluate(model_, eval);
-  if (!result) return zorplex::Error{"held-out evaluation at step " + std::to_string(step_) + ": " +
-                                     result.error().message};
-  const double end = loop::wall_clock_seconds();
-  const rollout::EvalSummary& summary = result.value().summary;
-  timeline_.span("eval", start, end, {{"version", version_}, {"tasks", summary.tasks}});
-  metrics_->write({{"event", "eval"},
-                   {"step", step_},
-                   {"version", version_},
-                   {"tasks", summary.tasks},
-                   {"correct", summary.correct},
-                   {"accuracy", summary.accuracy},
-                   {"seconds", end - start},
-                   {"time", end}});
-  std::printf("trainer: eval at step %d (version %llu): %.1f%% of %d held-out tasks (greedy, %.1f s)\n", step_,
-              static_cast<unsigned long long>(version_), 100.0 * summary.accuracy, summary.tasks, end - start);
-  std::fflush(stdout);
+  for (const zorplex::Difficulty difficulty : options_.eval_difficulties) {
+    rollout::EvalOptions eval;  // greedy, held-out seed 42
+    eval.difficulty = difficulty;
+    eval.count = options_.eval_tasks;
+    eval.batch_size = std::min(options_.eval_tasks, 64);  // larger batches: about 20% faster than 16 on a CPU
+    eval.rollout.format = eval_format_;
+    const char* name = zorplex::difficulty_name(difficulty);
+    const double start = loop::wall_clock_seconds();
+    auto result = rollout::evaluate(model_, eval);
+    if (!result) {
+      return zorplex::Error{"held-out evaluation (" + std::string(name) + ") at step " + std::to_string(step_) +
+                            ": " + result.error().message};
+    }
+    const double end = loop::wall_clock_seconds();
+    const rollout::EvalSummary& summary = result.value().summary;
+    timeline_.span("eval", start, end, {{"version", version_}, {"tasks", summary.tasks}, {"difficulty", name}});
+    metrics_->write({{"event", "eval"},
+                     {"step", step_},
+                     {"version", version_},
+                     {"difficulty", name},
+                     {"tasks", summary.tasks},
+                     {"correct", summary.correct},
+                     {"accuracy", summary.accuracy},
+                     {"seconds", end - start},
+                     {"time", end}});
+    std::printf("trainer: eval at step %d (version %llu): %.1f%% of %d held-out %s tasks (greedy, %.1f s)\n", step_,
+                static_cast<unsigned long long>(version_), 100.0 * summary.accuracy, summary.tasks, name,
+                end - start);
+    std::fflush(stdout);
+  }
   return true;
 }
 
@@ -466,6 +474,7 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"groups_filtered", filtered_groups},
                      {"trajectories_trained", used.size()},
                      {"tokens", report.tokens},
+                     {"uncredited_tokens", report.uncredited_tokens},
                      {"reward_mean", report.reward_mean},
                      {"reward_std", report.reward_std},
                      {"correct_rate", report.correct_rate},

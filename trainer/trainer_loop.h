@@ -120,11 +120,15 @@ struct TrainerOptions {
   int checkpoint_every = 10;
   // Greedy evaluation on a fixed held-out subset every eval_every steps and
   // after the last: the first eval_tasks tasks of the held-out set (seed 42,
-  // compositional easy, as zorplex-eval), in the policy's prompt format. One
-  // "eval" line in trainer.jsonl (step, version, tasks, correct, accuracy,
-  // seconds) and an "eval" span. Not inside any step's time. 0: never.
+  // compositional, as zorplex-eval) of each of eval_difficulties, in the
+  // policy's prompt format. One "eval" line in trainer.jsonl per difficulty
+  // (step, version, difficulty, tasks, correct, accuracy, seconds) and an
+  // "eval" span. Not inside any step's time. 0: never.
   int eval_every = 0;
   int eval_tasks = 50;
+  // The compositional difficulties evaluated each time, in this order (one
+  // "eval" line each, with its "difficulty"); default easy alone.
+  std::vector<zorplex::Difficulty> eval_difficulties{zorplex::Difficulty::kEasy};
   std::string out_dir;  // checkpoint, trainer.jsonl, timeline-trainer.jsonl
   weightsync::PublisherOptions publisher;
   // The dtype versions travel in: kFloat32 (as trained), kBFloat16 or kFloat16.

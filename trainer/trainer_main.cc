@@ -18,6 +18,7 @@
 // (after checkpointing).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -35,6 +36,7 @@
 #include "trainer/trainer_loop.h"
 #include "trainer/warm_start.h"
 #include "training/sft.h"
+#include "zorplex/kinds.h"
 
 namespace {
 
@@ -103,6 +105,14 @@ int main(int argc, char** argv) try {
                  "PPO minibatches: optimizer steps per batch (the batch split in this many); with more than "
                  "one the clip and the decoupled proximal policy come into play")
       ->check(CLI::Range(1, 64));
+  std::string credit = "outcome";
+  app.add_option("--credit", credit,
+                 "Which tokens a trajectory's advantage reaches: outcome (every generated token) or first-error "
+                 "(step credit: the environment checks every arithmetic step the model wrote, e.g. 8*7+4=60; a "
+                 "negative advantage applies from the first wrong step on, a positive one before it only; "
+                 "docs/rl_loop.md)")
+      ->check(CLI::IsMember({"outcome", "first-error"}))
+      ->capture_default_str();
   app.add_option("--kl-coef", options.update.loss.kl_coef,
                  "Weight of a KL term towards the warm start (--start's policy, also when resuming): "
                  "keeps what the start had right; 0: none")
@@ -146,6 +156,11 @@ int main(int argc, char** argv) try {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--eval-tasks", options.eval_tasks, "Tasks of that subset (the first N of the 200 held out)")
       ->check(CLI::Range(1, 200));
+  std::string eval_difficulties = "easy";
+  app.add_option("--eval-difficulty", eval_difficulties,
+                 "Compositional difficulties of that evaluation, comma-separated (easy, medium, hard): one eval line "
+                 "each")
+      ->capture_default_str();
   app.add_option("--bind", bind,
                  "Address to serve weights and take trajectories on (needs WEIGHTSYNC_SECRET "
                  "unless loopback)");
@@ -169,6 +184,16 @@ int main(int argc, char** argv) try {
   if (device.value().is_cuda()) {
     std::printf("trainer: policy on %s\n", loop::describe_device(device.value()).c_str());
     std::fflush(stdout);
+  }
+
+  options.update.step_credit = credit == "first-error";
+  options.eval_difficulties.clear();
+  for (std::size_t begin = 0; begin <= eval_difficulties.size();) {
+    const std::size_t end = std::min(eval_difficulties.find(',', begin), eval_difficulties.size());
+    auto difficulty = zorplex::parse_difficulty(eval_difficulties.substr(begin, end - begin));
+    if (!difficulty) return fail("--eval-difficulty " + eval_difficulties + ": " + difficulty.error().message);
+    options.eval_difficulties.push_back(difficulty.value());
+    begin = end + 1;
   }
 
   auto wire = loop::parse_wire_dtype(wire_dtype);
@@ -202,9 +227,11 @@ int main(int argc, char** argv) try {
                           {"min_lr_ratio", options.min_lr_ratio},
                           {"clip", clip},
                           {"minibatches", options.update.minibatches},
+                          {"credit", credit},
                           {"kl_coef", options.update.loss.kl_coef},
                           {"eval_every", options.eval_every},
                           {"eval_tasks", options.eval_tasks},
+                          {"eval_difficulty", eval_difficulties},
                           {"temperature", options.expected_temperature ? nlohmann::json(*options.expected_temperature)
                                                                        : nlohmann::json("from the groups")},
                           {"steps", options.steps},

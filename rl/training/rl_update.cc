@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "algorithms/step_credit.h"
 #include "policy/sampling.h"
 #include "training/token_batch.h"
 
@@ -106,6 +107,23 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
     auto batch = make_token_batch(members, model_->config().max_seq_len, model_->device());
     if (!batch) return batch.error();
     Minibatch mb{std::move(batch).value(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (options_.step_credit) {
+      // algorithms/step_credit.h: each trajectory's advantage reaches only
+      // its credited tokens (target j is token j + 1).
+      const std::int64_t targets = mb.batch.loss_mask.size(1);
+      torch::Tensor credit = torch::zeros({static_cast<std::int64_t>(members.size()), targets});
+      for (std::size_t b = 0; b < members.size(); ++b) {
+        const auto [begin, end] = algorithms::credited_tokens(*members[b], member_advantages[b]);
+        const std::int64_t first = std::max<std::int64_t>(static_cast<std::int64_t>(begin) - 1, 0);
+        const std::int64_t last = std::min<std::int64_t>(static_cast<std::int64_t>(end) - 1, targets);
+        if (last > first) credit[static_cast<std::int64_t>(b)].slice(0, first, last).fill_(1.0);
+        report.uncredited_tokens += static_cast<std::int64_t>(
+            (mb.batch.loss_mask[static_cast<std::int64_t>(b)].cpu() * (1 - credit[static_cast<std::int64_t>(b)]))
+                .sum()
+                .item<double>());
+      }
+      mb.batch.loss_mask = mb.batch.loss_mask * credit.to(mb.batch.loss_mask.device());
+    }
     mb.advantages = torch::tensor(member_advantages, torch::kFloat64).to(torch::kFloat32).to(model_->device());
     if (options_.loss.decoupled) {
       torch::NoGradGuard no_grad;

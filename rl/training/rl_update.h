@@ -57,6 +57,12 @@ struct RlUpdateOptions {
   // PPO minibatches: the batch is split into this many (trajectory i into
   // minibatch i % minibatches), one optimizer step each; 1 = one step.
   int minibatches = 1;
+  // Step credit (algorithms/step_credit.h): each trajectory's advantage
+  // applies only to its credited tokens: from its first wrong arithmetic
+  // step on when negative, before it when positive; the whole trajectory
+  // when no checkable step is wrong. The token mean of the loss is over the
+  // credited tokens. false: outcome credit (every generated token).
+  bool step_credit = false;
   AdamWOptions adamw;
 };
 
@@ -78,6 +84,7 @@ struct RlUpdateReport {
   double kl = 0.0;           // token-weighted k3 estimate of KL(current || reference); 0 without the term
   double temperature = 1.0;  // the groups' sampling temperature the log-probs were computed at
   int minibatches = 1;       // optimizer steps taken (grad_norm is the largest of them)
+  std::int64_t uncredited_tokens = 0;  // generated tokens step credit left out (0 without it)
   double seconds = 0.0;
 };
 

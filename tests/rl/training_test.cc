@@ -787,3 +787,73 @@ TEST_CASE("RL update: the KL term pulls a moved policy back to the reference, an
     CHECK(torch::equal(model.value().flat_parameters(), before));
   }
 }
+
+namespace {
+
+// A trajectory of `text` after a 3-token prompt, every text token generated
+// (behaviour log-prob 0, version 1), with `reward`.
+Trajectory written(const std::string& text, double reward) {
+  Trajectory t;
+  t.tokens = {policy::kUser, 'q', policy::kAssistant};
+  t.generated.assign(3, 0);
+  for (char c : text) {
+    t.tokens.push_back(static_cast<unsigned char>(c));
+    t.generated.push_back(1);
+  }
+  t.prompt_tokens = 3;
+  t.log_probs.assign(t.tokens.size(), 0.0f);
+  t.token_versions.assign(t.tokens.size(), 1);
+  t.score.reward = reward;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("RL update: step credit leaves a wrong answer's right steps out of its negative advantage",
+          "[rl][training][loss][credit]") {
+  // "8*7+4=69": the first wrong token is the '9', 6 characters in plus the
+  // prompt: the wrong trajectory's 9 tokens before it get none of its
+  // negative advantage; the right one keeps all of its positive advantage.
+  const std::string wrong_text = "8*7+4=69, [ANSWER] 69";
+  const std::string right_text = "8*7+4=60, [ANSWER] 60";
+  algorithms::TrajectoryGroup group;
+  group.trajectories = {written(right_text, 1.0), written(wrong_text, 0.0)};
+  RlUpdateOptions options;
+  options.lr = 1e-3;
+  options.loss.objective = Objective::kReinforce;
+  options.step_credit = true;
+  const std::int64_t wrong_prefix = 3 + static_cast<std::int64_t>(wrong_text.find("69") + 1);
+  auto model = policy::Transformer::create(tiny_config(), 4);
+  REQUIRE(model.ok());
+  auto outcome_model = policy::Transformer::create(tiny_config(), 4);
+  REQUIRE(outcome_model.ok());
+  RlUpdater updater(model.value(), options);
+  auto report = updater.update({group});
+  REQUIRE(report.ok());
+  // Targets are tokens 1.. of each row: the prompt's are not generated.
+  CHECK(report.value().uncredited_tokens == wrong_prefix - 3);
+  CHECK(report.value().tokens ==
+        static_cast<std::int64_t>(right_text.size() + wrong_text.size()) - (wrong_prefix - 3));
+
+  // Outcome credit moves the weights otherwise (it pushes the right prefix down too).
+  RlUpdateOptions outcome = options;
+  outcome.step_credit = false;
+  RlUpdater outcome_updater(outcome_model.value(), outcome);
+  auto outcome_report = outcome_updater.update({group});
+  REQUIRE(outcome_report.ok());
+  CHECK(outcome_report.value().uncredited_tokens == 0);
+  CHECK_FALSE(torch::allclose(model.value().flat_parameters(), outcome_model.value().flat_parameters()));
+
+  // With no wrong step anywhere, step credit is outcome credit, bit for bit.
+  algorithms::TrajectoryGroup plain;
+  plain.trajectories = {written("LOOKUP[cat] [ANSWER] 7", 1.0), written("LOOKUP[dog] [ANSWER] 9", 0.0)};
+  auto a = policy::Transformer::create(tiny_config(), 5);
+  auto b = policy::Transformer::create(tiny_config(), 5);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  RlUpdater with_credit(a.value(), options);
+  RlUpdater without(b.value(), outcome);
+  REQUIRE(with_credit.update({plain}).ok());
+  REQUIRE(without.update({plain}).ok());
+  CHECK(torch::equal(a.value().flat_parameters(), b.value().flat_parameters()));
+}
