@@ -450,6 +450,19 @@ bool read_eval(const std::string& path, json& eval, std::string& error) {
   return true;
 }
 
+// Reads evaluation files into `by_environment` (each file says its own;
+// one without settings is `fallback`'s). false with `error` on the first bad one.
+bool read_evals(const std::vector<std::string>& paths, const std::string& fallback,
+                rl_report::EvalsByEnvironment& by_environment, std::string& error) {
+  for (const std::string& path : paths) {
+    json eval;
+    if (!read_eval(path, eval, error)) return false;
+    const std::string environment = rl_report::environment_of(eval, fallback);
+    by_environment[environment] = std::move(eval);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -509,24 +522,11 @@ int main(int argc, char** argv) try {
   // The evaluations, by environment (each file says its own).
   std::string error;
   rl_report::EvalsByEnvironment before_by_env;
-  for (const std::string& path : befores) {
-    json eval;
-    if (!read_eval(path, eval, error)) {
-      std::fprintf(stderr, "rl-report: %s\n", error.c_str());
-      return 1;
-    }
-    const std::string environment = rl_report::environment_of(eval, target.environment);
-    before_by_env[environment] = std::move(eval);
-  }
   rl_report::EvalsByEnvironment control_by_env;
-  for (const std::string& path : controls) {
-    json eval;
-    if (!read_eval(path, eval, error)) {
-      std::fprintf(stderr, "rl-report: %s\n", error.c_str());
-      return 1;
-    }
-    const std::string environment = rl_report::environment_of(eval, target.environment);
-    control_by_env[environment] = std::move(eval);
+  if (!read_evals(befores, target.environment, before_by_env, error) ||
+      !read_evals(controls, target.environment, control_by_env, error)) {
+    std::fprintf(stderr, "rl-report: %s\n", error.c_str());
+    return 1;
   }
   std::map<std::string, rl_report::EvalsByEnvironment> evals_by_run;
   for (const std::string& pair : evals) {
