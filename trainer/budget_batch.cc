@@ -35,10 +35,37 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_b
   last_arrival_ = std::max(last_arrival_, steady_now() - 1.0);
   // Never longer than the idle timeout (batcher_choice.h caps it too).
   algorithms::SpillWait spill(std::min(options_.batcher.spill_wait_s, options_.idle_timeout_s));
+  const std::uint64_t budget = options_.batcher.token_budget;
+  double fitted = steady_now();  // when a queued group last fitted the budget (or none was queued)
   while (!stop.load()) {
     // Staleness first (supply drops the stale groups).
-    const algorithms::BatchPlan plan = algorithms::plan_batch(buffer_.supply(version_), options_.batcher);
+    const std::vector<algorithms::EnvironmentSupply> supply = buffer_.supply(version_);
+    const algorithms::BatchPlan plan = algorithms::plan_batch(supply, options_.batcher);
     if (spill.ready(plan, steady_now())) return take_plan(plan);
+    // A group larger than the whole budget is never taken: said once, and a
+    // trainer that only ever gets such groups stops instead of waiting forever.
+    std::uint64_t smallest = 0;
+    for (const algorithms::EnvironmentSupply& s : supply) {
+      for (std::uint64_t tokens : s.group_tokens) {
+        smallest = smallest == 0 ? tokens : std::min(smallest, tokens);
+        if (tokens > budget && !told_oversized_) {
+          told_oversized_ = true;
+          std::fprintf(
+              stderr,
+              "trainer: a %s group of %llu tokens is larger than --token-budget %llu: such groups are "
+              "never trained on (raise --token-budget: a group of G trajectories can take G x "
+              "max_seq_len tokens)\n",
+              s.name.c_str(), static_cast<unsigned long long>(tokens),
+              static_cast<unsigned long long>(budget));
+        }
+      }
+    }
+    if (plan.tokens > 0 || smallest == 0) fitted = steady_now();
+    if (steady_now() - fitted > options_.idle_timeout_s) {
+      return zorplex::Error{"for " + std::to_string(static_cast<int>(options_.idle_timeout_s)) +
+                            " s no queued group fitted --token-budget " + std::to_string(budget) +
+                            " (the smallest holds " + std::to_string(smallest) + " tokens): raise it"};
+    }
     if (steady_now() - last_arrival_ > options_.idle_timeout_s) {
       return zorplex::Error{"no trajectories for " +
                             std::to_string(static_cast<int>(options_.idle_timeout_s)) +

@@ -31,7 +31,9 @@
 //     most the spill wait, then trains on the plan (the shortfall reported
 //     as spilled_tokens). sync: the round still decides what arrives; the
 //     plan caps what of it is trained on, without waiting. Groups not taken
-//     stay queued until stale.
+//     stay queued until stale. A group larger than the budget is never
+//     taken (one line on stderr); an async step whose queued groups all are,
+//     for idle_timeout_s, ends run() with an Error.
 //   The replay buffer is one queue per environment (task kind and
 //   difficulty, algorithms/environment_buffers.h); without a token budget
 //   the queues are read together in arrival order, as one buffer.
@@ -268,6 +270,7 @@ class TrainerLoop {
   std::vector<nlohmann::json> pulls_;
   // This step's shortfalls per environment (the token budget's spill).
   std::map<std::string, std::uint64_t> spilled_;
+  bool told_oversized_ = false;  // a group larger than the token budget was reported
   std::uint64_t trajectories_trained_ = 0;
 };
 

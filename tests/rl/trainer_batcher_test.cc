@@ -10,12 +10,14 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/environment_buffers.h"
@@ -227,6 +229,44 @@ TEST_CASE("trainer with a token budget in sync mode: the round decides what arri
   CHECK(used > 0);
   CHECK(step.at("groups").get<int>() < 4);  // capped: not the whole round
   CHECK(easy.at("new_rollouts").get<int>() + medium.at("new_rollouts").get<int>() == 12);
+  std::filesystem::remove_all(out);
+}
+
+TEST_CASE(
+    "trainer with a token budget: groups larger than the whole budget end the run with an error, not a hang",
+    "[rl][trainer][batcher]") {
+  torch::set_num_threads(1);
+  const std::string out = "/tmp/ws_trainer_batcher_large_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  const policy::Transformer model = rltest::model_with_seed(5);
+  algorithms::TrajectoryGroup large = group_on(model, zorplex::Difficulty::kEasy, 90, 0);
+  const std::vector<rollout::Trajectory> three = large.trajectories;
+  while (algorithms::group_tokens(large, 256) <= 256) {
+    large.trajectories.insert(large.trajectories.end(), three.begin(), three.end());
+  }
+  trainer::TrainerOptions options = budget_options(out, false, 256, {}, 1.0);
+  options.idle_timeout_s = 2.0;
+  trainer::TrainerLoop loop(options, rltest::model_with_seed(5), policy::Metadata{});
+  REQUIRE(loop.start());
+  auto sender = channel::GroupSender::connect(loop.trajectory_endpoint(), channel::ChannelOptions{});
+  REQUIRE(sender);
+  // Sent every 0.5 s: arrivals go on, so only the budget rule can end the wait.
+  std::atomic<bool> stop{false};
+  std::thread feeder([&] {
+    for (std::uint64_t i = 0; i < 16 && !stop.load(); ++i) {
+      large.sequence = i;
+      (void)sender.value()->send(large);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  });
+  const auto started = std::chrono::steady_clock::now();
+  auto summary = loop.run(stop);
+  stop.store(true);
+  feeder.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  REQUIRE_FALSE(summary);
+  CHECK_THAT(summary.error().message, Catch::Contains("no queued group fitted --token-budget 256"));
+  CHECK(seconds < 7.0);
   std::filesystem::remove_all(out);
 }
 
