@@ -46,9 +46,12 @@ TrainerLoop::TrainerLoop(TrainerOptions options, policy::Transformer model, poli
       model_(std::move(model)),
       carried_(std::move(carried)),
       updater_(model_, options_.update),
-      buffer_(options_.replay),
+      buffer_(options_.replay, static_cast<std::uint64_t>(model_.config().max_seq_len)),
       live_generators_(options_.generators),
-      sampling_(options_.expected_temperature) {}
+      sampling_(options_.expected_temperature) {
+  options_.batcher.max_seq_len = buffer_.max_seq_len();
+  for (const auto& [environment, fraction] : options_.batcher.fractions) buffer_.declare(environment);
+}
 
 TrainerLoop::~TrainerLoop() = default;
 
@@ -350,6 +353,9 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_r
     // A generator that was left out (or restarted) is counted back in.
     live_generators_ = std::max(live_generators_, static_cast<int>(delivered.size()));
   }
+  if (options_.batcher.token_budget > 0) {  // the budget caps what of the round is trained on
+    return take_plan(algorithms::plan_batch(buffer_.supply(version_), options_.batcher));
+  }
   return buffer_.take(std::numeric_limits<std::size_t>::max(), version_);
 }
 
@@ -388,13 +394,19 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
   while (step_ < options_.steps && !stop.load()) {
     const double step_start = steady_seconds();
     const double wait_start = loop::wall_clock_seconds();
-    auto collected = options_.sync ? collect_round(stop) : collect_batch(stop);
+    auto collected = options_.sync                       ? collect_round(stop)
+                     : options_.batcher.token_budget > 0 ? collect_budget(stop)
+                                                         : collect_batch(stop);
     if (!collected) {
       (void)checkpoint();
       return collected.error();
     }
     if (stop.load()) break;
     std::vector<algorithms::TrajectoryGroup> groups = std::move(collected).value();
+    // Marin's metrics per environment, when the batch is made.
+    const std::map<std::string, algorithms::EnvironmentMetrics> environments =
+        buffer_.step_metrics(groups, version_, spilled_);
+    spilled_.clear();
     // Sampled for this step: the groups it consumed, and what their
     // generators filtered before sending them (algorithms/dynamic_filter.h).
     const std::uint64_t filtered = buffer_.counters().trajectories_filtered_at_source - filtered_before_;
@@ -511,16 +523,19 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"step_seconds", step_seconds},
                      {"pulls", pulls_},
                      {"live_generators", live_generators_},
+                     {"token_budget", options_.batcher.token_budget},
+                     {"environments", environments_json(environments)},
                      {"time", publish_end}});
     pulls_.clear();
     std::printf(
         "trainer: step %3d/%d  version %llu  groups %zu  sampled %llu filtered %llu trained %zu  reward %.3f  "
-        "correct %.2f (all %.2f)  loss %+.4f  staleness %.1f/%llu  wait %.1fs train %.1fs  elapsed %.0fs\n",
+        "correct %.2f (all %.2f)  loss %+.4f  staleness %.1f/%llu  wait %.1fs train %.1fs  elapsed %.0fs"
+        "%s\n",
         step_, options_.steps, static_cast<unsigned long long>(version_), groups.size(),
         static_cast<unsigned long long>(sampled), static_cast<unsigned long long>(filtered), used.size(),
-        report.reward_mean,
-        report.correct_rate, arrived_.correct_rate(), report.loss, staleness_sum / n, static_cast<unsigned long long>(staleness_max),
-        train_start - wait_start, train_end - train_start, steady_seconds() - run_start);
+        report.reward_mean, report.correct_rate, arrived_.correct_rate(), report.loss, staleness_sum / n,
+        static_cast<unsigned long long>(staleness_max), train_start - wait_start, train_end - train_start,
+        steady_seconds() - run_start, environments_console(environments).c_str());
     std::fflush(stdout);
     arrived_.reset();
     if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && step_ < options_.steps) {

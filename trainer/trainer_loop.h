@@ -21,6 +21,25 @@
 //     a step stands for as many sampled groups as a sync round of
 //     batch_groups prompts (zero-variance and undersized groups count, stale
 //     ones do not).
+//   * with a token budget (batcher.token_budget > 0, Marin's batcher), in
+//     either mode a step's batch is planned by algorithms::plan_batch
+//     (shares, deficit order, newest first, whole groups, never over the
+//     budget) once stale groups are dropped; a planned group without a
+//     signal takes its tokens and is dropped and counted, as in a
+//     group-count batch. async: waits for more groups until no environment
+//     is short of its share, or, once another has tokens in the plan, for at
+//     most the spill wait, then trains on the plan (the shortfall reported
+//     as spilled_tokens). sync: the round still decides what arrives; the
+//     plan caps what of it is trained on, without waiting. Groups not taken
+//     stay queued until stale. A group larger than the budget is never
+//     taken (one line on stderr); an async step whose queued groups all are,
+//     for idle_timeout_s, ends run() with an Error.
+//   The replay buffer is one queue per environment (task kind and
+//   difficulty, algorithms/environment_buffers.h); without a token budget
+//   the queues are read together in arrival order, as one buffer.
+//   Every step line carries "environments": per environment, Marin's
+//   buffer, arrival and batch metrics (EnvironmentBuffers::step_metrics),
+//   with the token budget on or off.
 //   Groups sampled with a version newer than the current one (from before a
 //   trainer restart) or, in sync, with any other version are dropped and
 //   counted; so are groups sampled at another temperature than the trainer's
@@ -70,13 +89,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "algorithms/replay_buffer.h"
+#include "algorithms/environment_buffers.h"
 #include "algorithms/outcome_tally.h"
 #include "algorithms/sampling_agreement.h"
 #include "channel/rejection_log.h"
@@ -107,6 +127,10 @@ struct TrainerOptions {
   double round_timeout_s = 15.0;
   double idle_timeout_s = 120.0;
   algorithms::ReplayOptions replay;
+  // Marin's token-budget batcher (algorithms/token_budget_batcher.h);
+  // batcher.token_budget 0: off, batches by group count (batch_groups, sync
+  // rounds). max_seq_len is set from the model.
+  algorithms::BatcherOptions batcher;
   // The sampling temperature groups must carry (--temperature); nullopt:
   // the first group's, pinned (algorithms::SamplingAgreement).
   std::optional<double> expected_temperature;
@@ -173,6 +197,16 @@ class TrainerLoop {
  private:
   zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_round(const std::atomic<bool>& stop);
   zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_batch(const std::atomic<bool>& stop);
+  // The token-budget batcher (budget_batch.cc): async, waits for a full
+  // plan or the spill wait; the plan's groups taken, shortfalls in spilled_.
+  zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_budget(const std::atomic<bool>& stop);
+  std::vector<algorithms::TrajectoryGroup> take_plan(const algorithms::BatchPlan& plan);
+  // The step line's "environments" object and the console's part, from
+  // metrics of the batch (EnvironmentBuffers::step_metrics).
+  static nlohmann::json environments_json(
+      const std::map<std::string, algorithms::EnvironmentMetrics>& metrics);
+  static std::string environments_console(
+      const std::map<std::string, algorithms::EnvironmentMetrics>& metrics);
   // What receive_one() got.
   struct Arrival {
     bool group = false;  // a group of an acceptable version arrived (queued or zero-variance)
@@ -208,7 +242,7 @@ class TrainerLoop {
   policy::Metadata carried_;
   policy::PromptFormat eval_format_;  // the policy's, for evaluate_held_out()
   training::RlUpdater updater_;
-  algorithms::ReplayBuffer buffer_;
+  algorithms::EnvironmentBuffers buffer_;                      // one queue per environment
   std::unique_ptr<weightsync::Publisher> publisher_;           // float32 on the wire
   std::unique_ptr<weightsync::NarrowingPublisher> narrowing_;  // or bfloat16 / float16
   std::optional<PendingPublish> pending_publish_;
@@ -238,6 +272,9 @@ class TrainerLoop {
   double last_arrival_ = 0.0;  // steady seconds
   // Per-generator pull reports seen since the last step.
   std::vector<nlohmann::json> pulls_;
+  // This step's shortfalls per environment (the token budget's spill).
+  std::map<std::string, std::uint64_t> spilled_;
+  bool told_oversized_ = false;  // a group larger than the token budget was reported
   std::uint64_t trajectories_trained_ = 0;
 };
 

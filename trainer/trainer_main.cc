@@ -7,6 +7,8 @@
 //   trainer --start DIR --out DIR --resume ...      continue from DIR's checkpoint
 //   trainer ... --device cuda                       the policy on the GPU (loop/device.h)
 //   trainer ... --wire-dtype bf16                   publish a bfloat16 image (float16: fp16)
+//   trainer ... --token-budget 4096 [--env-fractions compositional:easy=0.3,compositional:medium=0.7]
+//                                                   Marin's token-budget batcher (docs/rl_loop.md)
 //
 // --start is the SFT checkpoint folder; when it has no policy yet the trainer
 // runs the SFT warm start into it first. Generators connect to the addresses
@@ -33,6 +35,7 @@
 #include "policy/cpu_threads.h"
 #include "policy/safetensors.h"
 #include "trainer/algorithm_choice.h"
+#include "trainer/batcher_choice.h"
 #include "trainer/trainer_loop.h"
 #include "trainer/warm_start.h"
 #include "training/sft.h"
@@ -132,6 +135,26 @@ int main(int argc, char** argv) try {
   app.add_option("--batch-groups", options.batch_groups, "async: groups per optimizer step (with the generators' dynamic filter on, groups with a signal; "
                  "zero-variance ones that arrive count, as in a sync round)")
       ->check(CLI::Range(1, 4096));
+  trainer::BatcherFlags batcher;
+  app.add_option(
+      "--token-budget", batcher.token_budget,
+      "Marin's token-budget batcher: tokens (prompt, generated and tool results) per optimizer step, "
+      "whole groups, newest first, shared among environments (task kind:difficulty) by "
+      "--env-fractions, round-robin by token deficit. async: waits for an environment short of its "
+      "share for at most --spill-wait, then the others fill the rest; sync: the round decides what "
+      "arrives and the budget caps what of it is trained on. 0: off (batches of --batch-groups "
+      "groups, sync rounds). At least the policy's max_seq_len. docs/rl_loop.md");
+  app.add_option(
+      "--env-fractions", batcher.env_fractions,
+      "With --token-budget: target shares of the tokens, e.g. "
+      "compositional:easy=0.3,compositional:medium=0.7 (names as the generators' --task; summing to "
+      "at most 1, the rest to whichever environments have groups). Default: equal shares of the "
+      "environments seen");
+  CLI::Option* spill_wait_option =
+      app.add_option("--spill-wait", batcher.spill_wait_s,
+                     "async, with --token-budget: seconds a step waits for an environment short of its share "
+                     "while others already have groups in the batch; then it trains on what the others filled "
+                     "in (the shortfall: spilled_tokens in trainer.jsonl). Never longer than --idle-timeout");
   app.add_option("--max-staleness", options.replay.max_staleness,
                  "async: drop groups sampled more than this many versions ago");
   bool keep_zero_variance = false;
@@ -204,6 +227,15 @@ int main(int argc, char** argv) try {
                 " needs a host-resident policy (--device cpu): the device publish path sends float32");
   options.sync = mode == "sync";
   if (options.sync) options.replay.max_staleness = 0;
+  batcher.sync = options.sync;
+  batcher.spill_wait_given = spill_wait_option->count() > 0;
+  batcher.idle_timeout_s = options.idle_timeout_s;
+  auto batcher_options = trainer::batcher_options_from_flags(batcher);
+  if (!batcher_options) {
+    std::fprintf(stderr, "trainer: %s\n", batcher_options.error().message.c_str());
+    return 2;
+  }
+  options.batcher = batcher_options.value();
   options.update.lr = lr;
   trainer::AlgorithmChoice choice;
   choice.algorithm = options.algorithm;
@@ -241,6 +273,9 @@ int main(int argc, char** argv) try {
                           {"max_staleness", options.replay.max_staleness},
                           {"drop_zero_variance", options.replay.drop_zero_variance},
                           {"min_group_size", options.replay.min_group_size}};
+  settings["token_budget"] = options.batcher.token_budget;
+  settings["env_fractions"] = batcher.env_fractions;
+  settings["spill_wait"] = options.batcher.spill_wait_s;
   settings["device"] = device_name;
   settings["wire_dtype"] = wire_dtype;
   options.options_json = settings.dump();
@@ -264,6 +299,12 @@ int main(int argc, char** argv) try {
   const policy::Metadata metadata = contents.value().metadata;
 
   const policy::ModelConfig loop_model_config = model.value().config();
+  if (auto budget = trainer::check_token_budget(options.batcher,
+                                                static_cast<std::uint64_t>(loop_model_config.max_seq_len));
+      !budget) {
+    std::fprintf(stderr, "trainer: %s\n", budget.error().message.c_str());
+    return 2;
+  }
   trainer::TrainerLoop loop_(options, std::move(model).value(), loop::carried_metadata(metadata));
   if (options.update.loss.kl_coef > 0.0) {
     const std::string reference_path = training::policy_file(start_dir);

@@ -12,6 +12,17 @@ std::vector<double> TrajectoryGroup::rewards() const {
   return out;
 }
 
+bool is_stale(const TrajectoryGroup& group, std::uint64_t current_version, const ReplayOptions& options) {
+  return current_version > group.version_start &&
+         current_version - group.version_start > options.max_staleness;
+}
+
+GroupSignal signal_of(const TrajectoryGroup& group, const ReplayOptions& options) {
+  if (group.trajectories.size() < options.min_group_size) return GroupSignal::kUndersized;
+  if (options.drop_zero_variance && zero_variance(group.rewards())) return GroupSignal::kZeroVariance;
+  return GroupSignal::kUsable;
+}
+
 void ReplayBuffer::add(TrajectoryGroup group) {
   ++counters_.groups_received;
   counters_.trajectories_received += group.trajectories.size();
@@ -24,9 +35,7 @@ void ReplayBuffer::add(TrajectoryGroup group) {
 
 std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uint64_t current_version) {
   for (auto it = queue_.begin(); it != queue_.end();) {
-    const bool stale =
-        current_version > it->version_start && current_version - it->version_start > options_.max_staleness;
-    if (stale) {
+    if (is_stale(*it, current_version, options_)) {
       ++counters_.groups_dropped_stale;
       counters_.trajectories_dropped_stale += it->trajectories.size();
       it = queue_.erase(it);
@@ -42,12 +51,13 @@ std::vector<TrajectoryGroup> ReplayBuffer::take(std::size_t max_groups, std::uin
     counters_.trajectories_consumed += group.trajectories.size();
     counters_.groups_filtered_at_source += group.filtered_groups;
     counters_.trajectories_filtered_at_source += group.filtered_trajectories;
-    if (group.trajectories.size() < options_.min_group_size) {
+    const GroupSignal signal = signal_of(group, options_);
+    if (signal == GroupSignal::kUndersized) {
       ++counters_.groups_dropped_undersized;
       counters_.trajectories_dropped_undersized += group.trajectories.size();
       continue;
     }
-    if (options_.drop_zero_variance && zero_variance(group.rewards())) {
+    if (signal == GroupSignal::kZeroVariance) {
       ++counters_.groups_dropped_zero_variance;
       continue;
     }

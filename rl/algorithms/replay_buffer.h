@@ -29,6 +29,8 @@
 //   or dropped by either rule; not the stale ones). With the generators'
 //   dynamic filter on (algorithms/dynamic_filter.h) zero-variance groups are
 //   rarely sent, and this drop is a safety net.
+// - is_stale() and signal_of() are those two rules alone, for the
+//   per-environment buffers (algorithms/environment_buffers.h).
 // - Counters say how many groups and trajectories came in and went where.
 // - One thread (the trainer's); no locking. Nothing fails.
 #pragma once
@@ -91,6 +93,15 @@ struct ReplayCounters {
   std::uint64_t groups_filtered_at_source = 0;
   std::uint64_t trajectories_filtered_at_source = 0;
 };
+
+// current_version - version_start > max_staleness (never for a group ahead
+// of the trainer).
+bool is_stale(const TrajectoryGroup& group, std::uint64_t current_version, const ReplayOptions& options);
+
+// Whether a group carries a learning signal, and if not, which rule drops it
+// (undersized is checked first).
+enum class GroupSignal { kUsable, kUndersized, kZeroVariance };
+GroupSignal signal_of(const TrajectoryGroup& group, const ReplayOptions& options);
 
 class ReplayBuffer {
  public:
