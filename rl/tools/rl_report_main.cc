@@ -115,6 +115,11 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
   std::uint64_t sampled_total = 0;
   std::uint64_t filtered_total = 0;
   std::uint64_t trained_total = 0;
+  struct EnvironmentTotals {
+    std::uint64_t arrived = 0, arrived_tokens = 0, used = 0, used_tokens = 0, spilled_tokens = 0;
+    double correct = 0.0, reward = 0.0, truncated = 0.0;  // sums over the arrived rollouts
+  };
+  std::map<std::string, EnvironmentTotals> environments;
   double staleness_weighted = 0.0;
   std::uint64_t staleness_max = 0;
   json dropped = json::object();
@@ -177,6 +182,21 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
       staleness_weighted += r.value("staleness_mean", 0.0) * static_cast<double>(n);
       staleness_max = std::max(staleness_max, r.value("staleness_max", std::uint64_t{0}));
       dropped = r.value("dropped", json::object());
+      // Marin's metrics per environment (the trainer's per-environment
+      // buffers): what arrived since the last step and what this step used.
+      const json step_environments = r.value("environments", json::object());
+      for (const auto& [environment, m] : step_environments.items()) {
+        EnvironmentTotals& totals = environments[environment];
+        const auto arrived = static_cast<double>(m.value("new_rollouts", std::uint64_t{0}));
+        totals.arrived += m.value("new_rollouts", std::uint64_t{0});
+        totals.arrived_tokens += m.value("new_tokens", std::uint64_t{0});
+        totals.correct += m.value("correct_rate", 0.0) * arrived;
+        totals.reward += m.value("reward_mean", 0.0) * arrived;
+        totals.truncated += m.value("frac_truncated", 0.0) * arrived;
+        totals.used += m.value("rollouts_used", std::uint64_t{0});
+        totals.used_tokens += m.value("tokens_used", std::uint64_t{0});
+        totals.spilled_tokens += m.value("spilled_tokens", std::uint64_t{0});
+      }
       // Every sampled trajectory of the step, before the zero-variance filter
       // (which pulls the trained-on share towards 0.5, and to nothing when a
       // step has no usable group); runs from before issue 19 lack these.
@@ -276,8 +296,26 @@ json summarize_run(const std::string& name, const RunFiles& run, json& weight_sy
     }
   }
 
+  json per_environment = json::object();
+  std::uint64_t all_used_tokens = 0;
+  for (const auto& [environment, totals] : environments) all_used_tokens += totals.used_tokens;
+  for (const auto& [environment, totals] : environments) {
+    const double arrived = std::max<double>(static_cast<double>(totals.arrived), 1.0);
+    per_environment[environment] = {
+        {"rollouts_arrived", totals.arrived},
+        {"tokens_arrived", totals.arrived_tokens},
+        {"correct_rate", totals.correct / arrived},
+        {"reward_mean", totals.reward / arrived},
+        {"frac_truncated", totals.truncated / arrived},
+        {"rollouts_used", totals.used},
+        {"tokens_used", totals.used_tokens},
+        {"frac_of_tokens_used",
+         all_used_tokens > 0 ? static_cast<double>(totals.used_tokens) / static_cast<double>(all_used_tokens) : 0.0},
+        {"spilled_tokens", totals.spilled_tokens}};
+  }
   const double step_median = median(step_seconds);
-  return {{"wall_s", wall},
+  return {{"environments", per_environment},
+          {"wall_s", wall},
           {"steps", steps},
           {"trajectories", trajectories},
           {"trajectories_generated", generated},
@@ -388,6 +426,18 @@ void print_summary(const json& report) {
                 static_cast<unsigned long long>(r.value("trajectories_sampled", 0ULL)),
                 static_cast<unsigned long long>(r.value("trajectories_filtered", 0ULL)),
                 static_cast<unsigned long long>(r.value("trajectories_trained", 0ULL)));
+  }
+  for (const std::string& run : run_names(report)) {
+    const json run_environments = report[run].value("environments", json::object());
+    for (const auto& [environment, e] : run_environments.items()) {
+      std::printf("  %-8s %s: %llu rollouts arrived (%.1f%% correct, reward %.3f), %llu trained on (%llu tokens, "
+                  "%.0f%% of the tokens trained on)\n",
+                  run.c_str(), environment.c_str(), static_cast<unsigned long long>(e.value("rollouts_arrived", 0ULL)),
+                  100 * e.value("correct_rate", 0.0), e.value("reward_mean", 0.0),
+                  static_cast<unsigned long long>(e.value("rollouts_used", 0ULL)),
+                  static_cast<unsigned long long>(e.value("tokens_used", 0ULL)),
+                  100 * e.value("frac_of_tokens_used", 0.0));
+    }
   }
   for (const std::string& run : run_names(report)) {
     if (report[run].value("blocked_updates", 0ULL) == 0) continue;

@@ -23,7 +23,8 @@ eval_file() {  # eval_file PATH DIFFICULTY ACCURACY
 run_folder() {  # run_folder DIR: a trainer that published version 1 and took one step
   mkdir -p "$1"
   printf '%s\n' '{"event":"publish","version":1,"xxh3":"ab","time":100.0}' \
-    '{"event":"step","step":1,"time":110.0,"trajectories":64,"trajectories_sampled":96,"trajectories_filtered":32,"trajectories_trained":64,"step_seconds":10.0,"train_seconds":5.0}' \
+    '{"event":"step","step":1,"time":110.0,"trajectories":64,"trajectories_sampled":96,"trajectories_filtered":32,"trajectories_trained":64,"step_seconds":10.0,"train_seconds":5.0,"environments":{"compositional:medium":{"new_rollouts":48,"new_tokens":9600,"correct_rate":0.5,"reward_mean":0.6,"frac_truncated":0,"rollouts_used":48,"tokens_used":9600,"spilled_tokens":0},"compositional:easy":{"new_rollouts":16,"new_tokens":1600,"correct_rate":1.0,"reward_mean":1.2,"frac_truncated":0,"rollouts_used":16,"tokens_used":2400,"spilled_tokens":0}}}' \
+    '{"event":"step","step":2,"time":120.0,"trajectories":0,"trajectories_sampled":0,"trajectories_filtered":0,"trajectories_trained":0,"step_seconds":10.0,"train_seconds":5.0,"environments":{"compositional:medium":{"new_rollouts":16,"new_tokens":3200,"correct_rate":0.75,"reward_mean":0.9,"frac_truncated":0,"rollouts_used":0,"tokens_used":0,"spilled_tokens":0}}}' \
     >"$1/trainer.jsonl"
 }
 
@@ -69,6 +70,11 @@ expect "  rloo   medium 86.0% (1 seed: 86.0): MISSES the required 90%"
 expect "  rloo   easy: MISSES: no evaluation of every seed (start 96.0%)"
 expect "  rloo   +8.0 points over the SFT-only control on medium: MISSES the required +10"
 expect "  sync/1   trajectories: 96 sampled, 32 filtered at the source, 64 trained on"
+# Per environment, summed over the steps: medium 48 + 16 arrived, correct
+# (0.5 x 48 + 0.75 x 16) / 64 = 56.25%, reward (0.6 x 48 + 0.9 x 16) / 64 =
+# 0.675; 9600 of the 12000 tokens trained on are medium's (80%).
+expect "  sync/1   compositional:medium: 64 rollouts arrived (56.2% correct, reward 0.675), 48 trained on (9600 tokens, 80% of the tokens trained on)"
+expect "  sync/1   compositional:easy: 16 rollouts arrived (100.0% correct, reward 1.200), 16 trained on (2400 tokens, 20% of the tokens trained on)"
 expect "targets: NOT all met"
 
 # Sync alone meets every target.
