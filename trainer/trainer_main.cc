@@ -103,6 +103,11 @@ int main(int argc, char** argv) try {
                  "PPO minibatches: optimizer steps per batch (the batch split in this many); with more than "
                  "one the clip and the decoupled proximal policy come into play")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--pack-sequences", options.update.pack_sequences,
+               "Pack each minibatch's trajectories back to back into rows with segment ids (attention "
+               "and positions restart per trajectory) instead of right-padding them to the longest: the "
+               "same loss and update, fewer padding slots (trainer.jsonl: real_tokens, padded_tokens). "
+               "Off by default: on a CPU it can be slower (docs/rl_loop.md, \"Sequence packing\")");
   app.add_option("--kl-coef", options.update.loss.kl_coef,
                  "Weight of a KL term towards the warm start (--start's policy, also when resuming): "
                  "keeps what the start had right; 0: none")
@@ -203,6 +208,7 @@ int main(int argc, char** argv) try {
                           {"clip", clip},
                           {"minibatches", options.update.minibatches},
                           {"kl_coef", options.update.loss.kl_coef},
+                          {"pack_sequences", options.update.pack_sequences},
                           {"eval_every", options.eval_every},
                           {"eval_tasks", options.eval_tasks},
                           {"temperature", options.expected_temperature ? nlohmann::json(*options.expected_temperature)

@@ -1,7 +1,7 @@
 // Sequence packing (training/packed_batch.h, Transformer::forward_segments):
 // packed log-probs equal the unpacked ones per trajectory, nothing crosses a
 // segment (attention, positions, the loss mask), the cut rule is
-// make_token_batch's.
+// make_token_batch's, and the RL update on packed batches is the padded one.
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
@@ -12,6 +12,7 @@
 
 #include "policy/transformer.h"
 #include "training/packed_batch.h"
+#include "training/rl_update.h"
 #include "training/token_batch.h"
 
 using namespace training;
@@ -246,4 +247,69 @@ TEST_CASE("packing: an over-long trajectory is cut as make_token_batch cuts it, 
   CHECK_FALSE(make_packed_batch({}, PackOptions{128, 0}).ok());
   const Trajectory one_token = synthetic(10, 1, 0);
   CHECK_FALSE(make_packed_batch({&one_token}, PackOptions{128, 0}).ok());
+}
+
+TEST_CASE("RL update: packed and padded batches give the same loss and the same new weights",
+          "[rl][training][packing]") {
+  const auto positions = GENERATE(policy::PositionEncoding::kLearned, policy::PositionEncoding::kRotary);
+  const bool decoupled = GENERATE(false, true);
+  INFO("positions " << policy::position_encoding_name(positions) << (decoupled ? " decoupled" : " grpo"));
+  const policy::Transformer reference = make_model(positions, 20);
+  // The policy: the reference plus noise (so the KL term has a gradient).
+  torch::manual_seed(21);
+  const torch::Tensor start =
+      reference.flat_parameters() + 0.02 * torch::randn_like(reference.flat_parameters());
+  // Two groups of mixed lengths; behaviour log-probs the policy's own,
+  // shifted, so ratios and behaviour weights leave 1.
+  std::vector<algorithms::TrajectoryGroup> groups(2);
+  {
+    auto policy = policy::Transformer::wrap(packing_config(positions), start.clone());
+    REQUIRE(policy.ok());
+    torch::NoGradGuard no_grad;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      groups[g].trajectories = mixed(300 + 50 * static_cast<std::uint32_t>(g));
+      for (std::size_t i = 0; i < groups[g].trajectories.size(); ++i) {
+        Trajectory& t = groups[g].trajectories[i];
+        t.score.reward = static_cast<double>((i * 7 + g) % 3);
+        const torch::Tensor own = alone(policy.value(), t);
+        for (std::size_t j = 1; j < t.tokens.size(); ++j) {
+          if (t.generated[j]) t.log_probs[j] = own[static_cast<std::int64_t>(j - 1)].item<float>() - 0.05f;
+        }
+      }
+    }
+  }
+  auto run = [&](bool pack, RlUpdateReport& report) {
+    auto policy = policy::Transformer::wrap(packing_config(positions), start.clone());
+    REQUIRE(policy.ok());
+    RlUpdateOptions options;
+    options.lr = 1e-3;
+    options.minibatches = 2;
+    options.loss.kl_coef = 0.1;
+    options.loss.decoupled = decoupled;
+    options.loss.behaviour_weight_cap = decoupled ? 5.0 : 0.0;
+    options.pack_sequences = pack;
+    RlUpdater updater(policy.value(), options);
+    updater.set_reference(&reference);
+    auto updated = updater.update(groups);
+    REQUIRE(updated.ok());
+    report = updated.value();
+    return policy.value().flat_parameters().clone();
+  };
+  RlUpdateReport padded_report, packed_report;
+  const torch::Tensor padded = run(false, padded_report);
+  const torch::Tensor packed = run(true, packed_report);
+  CHECK(packed_report.minibatches == 2);
+  CHECK(packed_report.loss == Approx(padded_report.loss).epsilon(1e-4));
+  CHECK(packed_report.kl == Approx(padded_report.kl).epsilon(1e-4));
+  CHECK(packed_report.kl > 0.0);
+  CHECK(packed_report.mean_ratio == Approx(padded_report.mean_ratio).epsilon(1e-5));
+  CHECK(packed_report.tokens == padded_report.tokens);
+  CHECK(packed_report.real_tokens == padded_report.real_tokens);
+  CHECK(packed_report.padded_tokens < padded_report.padded_tokens);
+  // Both moved the weights by about lr, and by the same amount to well under it.
+  const double moved = (padded - start).abs().max().item<double>();
+  const double apart = (packed - padded).abs().max().item<double>();
+  INFO("moved " << moved << ", apart " << apart);
+  CHECK(moved > 5e-4);
+  CHECK(apart < 2e-5);
 }
