@@ -487,6 +487,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
                      {"trajectories_trained", used.size()},
                      {"tokens", report.tokens},
                      {"uncredited_tokens", report.uncredited_tokens},
+                     {"real_tokens", report.real_tokens},
+                     {"padded_tokens", report.padded_tokens},
                      {"reward_mean", report.reward_mean},
                      {"reward_std", report.reward_std},
                      {"correct_rate", report.correct_rate},

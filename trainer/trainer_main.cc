@@ -116,6 +116,11 @@ int main(int argc, char** argv) try {
                  "docs/rl_loop.md)")
       ->check(CLI::IsMember({"outcome", "first-error"}))
       ->capture_default_str();
+  app.add_flag("--pack-sequences", options.update.pack_sequences,
+               "Pack each minibatch's trajectories back to back into rows with segment ids (attention "
+               "and positions restart per trajectory) instead of right-padding them to the longest: the "
+               "same loss and update, fewer padding slots (trainer.jsonl: real_tokens, padded_tokens). "
+               "Off by default: on a CPU it can be slower (docs/rl_loop.md, \"Sequence packing\")");
   app.add_option("--kl-coef", options.update.loss.kl_coef,
                  "Weight of a KL term towards the warm start (--start's policy, also when resuming): "
                  "keeps what the start had right; 0: none")
@@ -261,6 +266,7 @@ int main(int argc, char** argv) try {
                           {"minibatches", options.update.minibatches},
                           {"credit", credit},
                           {"kl_coef", options.update.loss.kl_coef},
+                          {"pack_sequences", options.update.pack_sequences},
                           {"eval_every", options.eval_every},
                           {"eval_tasks", options.eval_tasks},
                           {"eval_difficulty", eval_difficulties},

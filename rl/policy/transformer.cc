@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 namespace policy {
@@ -14,6 +15,27 @@ namespace {
 bool ends_with(const std::string& s, const char* suffix) {
   const std::string tail(suffix);
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Packed rows (forward_segments): seg [B, T] int64 -> each token's position
+// in its segment [B, T], and allowed [B, T, T]: query i may attend key j
+// when j is a real token of its segment at or before i, and always itself.
+std::pair<torch::Tensor, torch::Tensor> segment_layout(const torch::Tensor& seg) {
+  const std::int64_t time = seg.size(1);
+  const torch::Tensor index = torch::arange(time, seg.options()).unsqueeze(0);
+  torch::Tensor starts = torch::ones_like(seg, torch::kBool);
+  if (time > 1) {
+    starts.narrow(1, 1, time - 1).copy_(seg.narrow(1, 1, time - 1) != seg.narrow(1, 0, time - 1));
+  }
+  // The index of the latest start at or before each token (0 is a start).
+  const torch::Tensor start_index = std::get<0>(torch::cummax(index * starts.to(torch::kLong), 1));
+  const torch::Tensor positions = index - start_index;
+  const torch::Tensor q_index = index.view({1, time, 1});
+  const torch::Tensor k_index = index.view({1, 1, time});
+  const torch::Tensor allowed =
+      ((seg.unsqueeze(2) == seg.unsqueeze(1)) & (seg > 0).unsqueeze(1) & (k_index <= q_index)) |
+      (k_index == q_index);
+  return {positions, allowed};
 }
 
 }  // namespace
@@ -134,6 +156,12 @@ torch::Tensor Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
   return run(tokens, mask, &cache);
 }
 
+torch::Tensor Transformer::forward_segments(const torch::Tensor& tokens,
+                                            const torch::Tensor& segment_ids) const {
+  TORCH_CHECK(segment_ids.defined(), "forward_segments needs segment ids");
+  return run(tokens, {}, nullptr, segment_ids);
+}
+
 // x [B, H, T, Dh]; cos/sin [B, 1, T, Dh/2]. The two halves of each head are
 // rotated as pairs (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos).
 torch::Tensor Transformer::apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
@@ -144,7 +172,8 @@ torch::Tensor Transformer::apply_rotary(const torch::Tensor& x, const torch::Ten
   return torch::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }
 
-torch::Tensor Transformer::run(const torch::Tensor& tokens, const torch::Tensor& mask, KVCache* cache) const {
+torch::Tensor Transformer::run(const torch::Tensor& tokens, const torch::Tensor& mask, KVCache* cache,
+                               const torch::Tensor& segments) const {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, time], got ", tokens.sizes());
   const std::int64_t batch = tokens.size(0);
   const std::int64_t time = tokens.size(1);
@@ -152,8 +181,13 @@ torch::Tensor Transformer::run(const torch::Tensor& tokens, const torch::Tensor&
   const auto device = flat_.device();
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   torch::Tensor ids = tokens.to(long_opts);
-  torch::Tensor valid_new = mask.defined() ? mask.to(device).to(torch::kBool)
-                                           : torch::ones({batch, time}, long_opts.dtype(torch::kBool));
+  const torch::Tensor seg = segments.defined() ? segments.to(long_opts) : torch::Tensor();
+  TORCH_CHECK(!seg.defined() || (!mask.defined() && cache == nullptr),
+              "segment ids take the place of the mask and need no cache");
+  TORCH_CHECK(!seg.defined() || seg.sizes() == ids.sizes(), "segment ids must have the shape of tokens");
+  torch::Tensor valid_new = seg.defined()    ? seg > 0
+                            : mask.defined() ? mask.to(device).to(torch::kBool)
+                                             : torch::ones({batch, time}, long_opts.dtype(torch::kBool));
   TORCH_CHECK(valid_new.sizes() == ids.sizes(), "mask must have the shape of tokens");
   const bool use_cache = cache != nullptr && !cache->empty();
   const std::int64_t past = use_cache ? cache->length() : 0;
@@ -164,19 +198,24 @@ torch::Tensor Transformer::run(const torch::Tensor& tokens, const torch::Tensor&
                 "the cache is for another model");
   }
   torch::Tensor start = use_cache ? cache->next_position : torch::zeros({batch}, long_opts);
-  torch::Tensor positions = (start.unsqueeze(1) + valid_new.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
-  TORCH_CHECK(positions.max().item<std::int64_t>() < config_.max_seq_len, "a position reaches max_seq_len (",
-              config_.max_seq_len, ")");
-
   // allowed[b, i, j]: query i (absolute past + i) may attend key j. Real keys
-  // up to and including itself, and always itself (so that a padding query
-  // has a finite softmax; its output is never used by a real token).
+  // up to and including itself (of its own segment when packed), and always
+  // itself (so that a padding query has a finite softmax; its output is
+  // never used by a real token).
   torch::Tensor valid_all = use_cache ? torch::cat({cache->valid, valid_new}, 1) : valid_new;
   const std::int64_t keys_len = past + time;
-  torch::Tensor q_index = torch::arange(past, past + time, long_opts).unsqueeze(1);
-  torch::Tensor k_index = torch::arange(0, keys_len, long_opts).unsqueeze(0);
-  torch::Tensor allowed =
-      (valid_all.unsqueeze(1) & (k_index <= q_index).unsqueeze(0)) | (k_index == q_index).unsqueeze(0);
+  torch::Tensor positions, allowed;
+  if (seg.defined()) {
+    std::tie(positions, allowed) = segment_layout(seg);
+  } else {
+    positions = (start.unsqueeze(1) + valid_new.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
+    torch::Tensor q_index = torch::arange(past, past + time, long_opts).unsqueeze(1);
+    torch::Tensor k_index = torch::arange(0, keys_len, long_opts).unsqueeze(0);
+    allowed =
+        (valid_all.unsqueeze(1) & (k_index <= q_index).unsqueeze(0)) | (k_index == q_index).unsqueeze(0);
+  }
+  TORCH_CHECK(positions.max().item<std::int64_t>() < config_.max_seq_len, "a position reaches max_seq_len (",
+              config_.max_seq_len, ")");
   torch::Tensor bias =
       torch::zeros({batch, 1, time, keys_len}, torch::TensorOptions().device(device))
           .masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());

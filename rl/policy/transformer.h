@@ -26,6 +26,15 @@
 //   returns their logits [B,t,V]; a sequence fed in pieces gives the logits of
 //   one forward() over the whole (to float rounding). Both record autograd
 //   when grad mode is on; generation wraps them in torch::NoGradGuard.
+// - forward_segments(tokens[B,T], segment_ids[B,T]) is forward() over packed
+//   rows (training/packed_batch.h): segment_ids (integer) is 0 for padding
+//   and 1..k for the sequences laid back to back in the row, each a
+//   contiguous run. A token attends only to earlier tokens of its own run
+//   (causal), and position ids restart at 0 where a run starts (learned
+//   positions and rotary alike), so each sequence's logits equal those of a
+//   forward() over it alone (to float rounding). Padding tokens attend to
+//   themselves only; their logits mean nothing. forward()/forward_step()
+//   take no segments and run exactly as before.
 // - Errors: create()/wrap() return an Error for an invalid config or buffer.
 //   forward()/forward_step() are torch code: bad shapes, token ids outside
 //   the vocabulary, positions past max_seq_len or a cache of another batch
@@ -96,13 +105,16 @@ class Transformer {
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& mask = {}) const;
   torch::Tensor forward_step(const torch::Tensor& tokens, KVCache& cache,
                              const torch::Tensor& mask = {}) const;
+  torch::Tensor forward_segments(const torch::Tensor& tokens, const torch::Tensor& segment_ids) const;
 
  private:
   struct Layer {
     torch::Tensor ln1_w, ln1_b, qkv_w, qkv_b, out_w, out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   };
   Transformer(const ModelConfig& config, torch::Tensor flat);
-  torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& mask, KVCache* cache) const;
+  // segments: undefined, or forward_segments()' ids (then no mask, no cache).
+  torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& mask, KVCache* cache,
+                    const torch::Tensor& segments = {}) const;
   torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
                              const torch::Tensor& sin) const;
 

@@ -9,8 +9,10 @@ const char* objective_name(Objective objective) {
 
 PolicyLoss policy_loss(const PolicyLossInputs& in, const PolicyLossOptions& options) {
   PolicyLoss out;
+  // One per sequence [B], or already one per target (a packed batch).
+  const torch::Tensor per_sequence = in.advantages.to(in.log_probs.dtype());
   const torch::Tensor advantages =
-      in.advantages.to(in.log_probs.dtype()).unsqueeze(1).expand_as(in.log_probs);
+      per_sequence.dim() == 1 ? per_sequence.unsqueeze(1).expand_as(in.log_probs) : per_sequence;
   torch::Tensor mask = in.loss_mask.to(in.log_probs.dtype());
   torch::Tensor per_token;
   if (options.objective == Objective::kReinforce) {

@@ -27,7 +27,9 @@
 // - Inputs: log_probs [B, N] (differentiable), behaviour_log_probs,
 //   proximal_log_probs (decoupled only), reference_log_probs (kl_coef > 0
 //   only) and loss_mask [B, N], advantages
-//   [B]. Mismatched shapes throw c10::Error (torch), a programming error.
+//   [B] (one per sequence), or [B, N] (one per target: a packed batch's
+//   per_target(), packed_batch.h). Mismatched shapes throw c10::Error
+//   (torch), a programming error.
 // - Pure function of its inputs; any thread.
 #pragma once
 

@@ -1,12 +1,13 @@
 // training/rl_update.cc: see rl_update.h.
 #include "training/rl_update.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "algorithms/step_credit.h"
 #include "policy/sampling.h"
+#include "training/packed_batch.h"
 #include "training/token_batch.h"
 
 namespace training {
@@ -35,6 +36,70 @@ zorplex::Result<std::vector<double>> advantages_of(const algorithms::TrajectoryG
   return out;
 }
 
+// One minibatch as the loss sees it: right-padded [B, T-1] per-target
+// tensors, or packed [R, L-1] ones (options.pack_sequences).
+struct Minibatch {
+  bool packed = false;
+  TokenBatch padded_batch;
+  PackedBatch packed_batch;
+  torch::Tensor loss_mask, behaviour, advantages, proximal, reference;
+  std::int64_t real_tokens = 0, padded_slots = 0;
+  std::int64_t uncredited_tokens = 0;  // generated targets step credit left out
+
+  torch::Tensor log_probs(const policy::Transformer& model, double temperature) const {
+    return packed ? packed_log_probs(model, packed_batch, temperature)
+                  : batch_log_probs(model, padded_batch, temperature);
+  }
+};
+
+zorplex::Result<Minibatch> make_minibatch(const std::vector<const rollout::Trajectory*>& members,
+                                          const std::vector<double>& member_advantages,
+                                          const RlUpdateOptions& options, const policy::Transformer& model) {
+  Minibatch mb;
+  mb.packed = options.pack_sequences;
+  const torch::Tensor advantages =
+      torch::tensor(member_advantages, torch::kFloat64).to(torch::kFloat32).to(model.device());
+  if (mb.packed) {
+    auto batch = make_packed_batch(members, PackOptions{model.config().max_seq_len, options.pack_row_tokens},
+                                   model.device());
+    if (!batch) return batch.error();
+    mb.packed_batch = std::move(batch).value();
+    mb.loss_mask = mb.packed_batch.loss_mask;
+    mb.behaviour = mb.packed_batch.behaviour_log_probs;
+    mb.advantages = per_target(mb.packed_batch, advantages);
+    mb.real_tokens = mb.packed_batch.real_tokens;
+    mb.padded_slots = mb.packed_batch.padded_slots;
+  } else {
+    auto batch = make_token_batch(members, model.config().max_seq_len, model.device());
+    if (!batch) return batch.error();
+    mb.padded_batch = std::move(batch).value();
+    mb.loss_mask = mb.padded_batch.loss_mask;
+    mb.behaviour = mb.padded_batch.behaviour_log_probs;
+    mb.advantages = advantages;
+    mb.real_tokens = mb.padded_batch.attention_mask.sum().item<std::int64_t>();
+    mb.padded_slots = mb.padded_batch.attention_mask.numel() - mb.real_tokens;
+  }
+  if (options.step_credit) {
+    // algorithms/step_credit.h: each trajectory's advantage reaches only its
+    // credited tokens. Target column c of its row is its token c - offset + 1
+    // (offset 0 in the padded layout, row b).
+    torch::Tensor credit = torch::zeros(mb.loss_mask.sizes());
+    for (std::size_t b = 0; b < members.size(); ++b) {
+      const auto [begin, end] = algorithms::credited_tokens(*members[b], member_advantages[b]);
+      const std::int64_t row = mb.packed ? mb.packed_batch.places[b].row : static_cast<std::int64_t>(b);
+      const std::int64_t offset = mb.packed ? mb.packed_batch.places[b].offset : 0;
+      const std::int64_t length = mb.packed ? mb.packed_batch.places[b].length : credit.size(1) + 1;
+      const std::int64_t first = offset + std::max<std::int64_t>(static_cast<std::int64_t>(begin) - 1, 0);
+      const std::int64_t last = offset + std::min<std::int64_t>(static_cast<std::int64_t>(end) - 1, length - 1);
+      if (last > first) credit[row].slice(0, first, last).fill_(1.0);
+    }
+    credit = credit.to(mb.loss_mask.device());
+    mb.uncredited_tokens = static_cast<std::int64_t>((mb.loss_mask * (1 - credit)).sum().item<double>());
+    mb.loss_mask = mb.loss_mask * credit;
+  }
+  return mb;
+}
+
 }  // namespace
 
 RlUpdater::RlUpdater(policy::Transformer& model, RlUpdateOptions options)
@@ -49,7 +114,8 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   RlUpdateReport report;
   if (groups.empty()) return zorplex::Error{"an RL update needs at least one trajectory"};
   if (options_.loss.kl_coef > 0.0 && reference_ == nullptr)
-    return zorplex::Error{"an RL update with a KL term (kl_coef > 0) needs a reference policy (set_reference)"};
+    return zorplex::Error{
+        "an RL update with a KL term (kl_coef > 0) needs a reference policy (set_reference)"};
   const double temperature = groups.front().temperature;
   for (const algorithms::TrajectoryGroup& group : groups) {
     if (group.temperature != temperature) {
@@ -88,14 +154,8 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   // minibatch i % m, one optimizer step each. The proximal log-probs are
   // taken from the weights before the first step, so from the second
   // minibatch on current, proximal and behaviour policies all differ.
-  const std::size_t m = std::min<std::size_t>(static_cast<std::size_t>(std::max(options_.minibatches, 1)),
-                                              trajectories.size());
-  struct Minibatch {
-    TokenBatch batch;
-    torch::Tensor advantages;
-    torch::Tensor proximal;
-    torch::Tensor reference;
-  };
+  const std::size_t m =
+      std::min<std::size_t>(static_cast<std::size_t>(std::max(options_.minibatches, 1)), trajectories.size());
   std::vector<Minibatch> minibatches;
   for (std::size_t k = 0; k < m; ++k) {
     std::vector<const rollout::Trajectory*> members;
@@ -104,35 +164,20 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
       members.push_back(trajectories[i]);
       member_advantages.push_back(advantages[i]);
     }
-    auto batch = make_token_batch(members, model_->config().max_seq_len, model_->device());
-    if (!batch) return batch.error();
-    Minibatch mb{std::move(batch).value(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    if (options_.step_credit) {
-      // algorithms/step_credit.h: each trajectory's advantage reaches only
-      // its credited tokens (target j is token j + 1).
-      const std::int64_t targets = mb.batch.loss_mask.size(1);
-      torch::Tensor credit = torch::zeros({static_cast<std::int64_t>(members.size()), targets});
-      for (std::size_t b = 0; b < members.size(); ++b) {
-        const auto [begin, end] = algorithms::credited_tokens(*members[b], member_advantages[b]);
-        const std::int64_t first = std::max<std::int64_t>(static_cast<std::int64_t>(begin) - 1, 0);
-        const std::int64_t last = std::min<std::int64_t>(static_cast<std::int64_t>(end) - 1, targets);
-        if (last > first) credit[static_cast<std::int64_t>(b)].slice(0, first, last).fill_(1.0);
-        report.uncredited_tokens += static_cast<std::int64_t>(
-            (mb.batch.loss_mask[static_cast<std::int64_t>(b)].cpu() * (1 - credit[static_cast<std::int64_t>(b)]))
-                .sum()
-                .item<double>());
-      }
-      mb.batch.loss_mask = mb.batch.loss_mask * credit.to(mb.batch.loss_mask.device());
-    }
-    mb.advantages = torch::tensor(member_advantages, torch::kFloat64).to(torch::kFloat32).to(model_->device());
+    auto made = make_minibatch(members, member_advantages, options_, *model_);
+    if (!made) return made.error();
+    Minibatch mb = std::move(made).value();
+    report.uncredited_tokens += mb.uncredited_tokens;
     if (options_.loss.decoupled) {
       torch::NoGradGuard no_grad;
-      mb.proximal = batch_log_probs(*model_, mb.batch, temperature);
+      mb.proximal = mb.log_probs(*model_, temperature);
     }
     if (options_.loss.kl_coef > 0.0) {
       torch::NoGradGuard no_grad;
-      mb.reference = batch_log_probs(*reference_, mb.batch, temperature);
+      mb.reference = mb.log_probs(*reference_, temperature);
     }
+    report.real_tokens += mb.real_tokens;
+    report.padded_tokens += mb.padded_slots;
     minibatches.push_back(std::move(mb));
   }
   double token_weighted_clip = 0.0, token_weighted_ratio = 0.0, token_weighted_weight = 0.0,
@@ -140,13 +185,13 @@ zorplex::Result<RlUpdateReport> RlUpdater::update(
   report.applied = true;
   for (Minibatch& mb : minibatches) {
     PolicyLossInputs in;
-    in.behaviour_log_probs = mb.batch.behaviour_log_probs;
-    in.loss_mask = mb.batch.loss_mask;
+    in.behaviour_log_probs = mb.behaviour;
+    in.loss_mask = mb.loss_mask;
     in.advantages = mb.advantages;
     in.proximal_log_probs = mb.proximal;
     in.reference_log_probs = mb.reference;
     model_->zero_grad();
-    in.log_probs = batch_log_probs(*model_, mb.batch, temperature);
+    in.log_probs = mb.log_probs(*model_, temperature);
     const PolicyLoss loss = policy_loss(in, options_.loss);
     loss.loss.backward();
     const StepResult step = optimizer_.step(options_.lr);

@@ -29,7 +29,10 @@
 //   leave 1 and the clip acts. The report's loss is the mean over
 //   minibatches, its ratio and clip diagnostics token-weighted.
 //   Returns what happened (loss, reward and accuracy statistics, clip and
-//   behaviour-weight diagnostics, gradient norm, token counts).
+//   behaviour-weight diagnostics, gradient norm, token counts, real and
+//   padding slots). With options.pack_sequences every forward runs over
+//   packed rows (packed_batch.h) instead: same loss, same update (to float
+//   rounding), fewer padding slots.
 // - Errors: an empty batch, inconsistent trajectories (token_batch.h) or a
 //   torch failure come back as an Error; the weights are unchanged then.
 // - Thread: one thread; no forward may run on the model concurrently.
@@ -63,6 +66,13 @@ struct RlUpdateOptions {
   // when no checkable step is wrong. The token mean of the loss is over the
   // credited tokens. false: outcome credit (every generated token).
   bool step_credit = false;
+  // Every forward of the update (current, proximal, reference policies) runs
+  // over packed rows with segment ids (packed_batch.h) instead of the
+  // right-padded batch: the same loss and update to float rounding, fewer
+  // padding slots. pack_row_tokens: PackOptions::row_tokens (0: rows as wide
+  // as the minibatch's longest trajectory).
+  bool pack_sequences = false;
+  std::int64_t pack_row_tokens = 0;
   AdamWOptions adamw;
 };
 
@@ -73,6 +83,11 @@ struct RlUpdateReport {
   int trajectories = 0;
   std::int64_t tokens = 0;  // generated tokens in the loss
   std::int64_t capped_tokens = 0;
+  // Over the minibatches: tokens of the trajectories (after the cut), and the
+  // padding slots the forwards ran over besides them (B * T - real padded,
+  // R * L - real packed).
+  std::int64_t real_tokens = 0;
+  std::int64_t padded_tokens = 0;
   double reward_mean = 0.0;
   double reward_std = 0.0;
   double correct_rate = 0.0;

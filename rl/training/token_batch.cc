@@ -2,10 +2,31 @@
 #include "training/token_batch.h"
 
 #include <algorithm>
+#include <string>
 
 #include "policy/sampling.h"
 
 namespace training {
+
+zorplex::Result<std::int64_t> trainable_length(const rollout::Trajectory& t, std::size_t index,
+                                               std::int64_t max_seq_len) {
+  const std::string name = "trajectory " + std::to_string(index);
+  if (t.tokens.size() != t.generated.size() || t.tokens.size() != t.log_probs.size()) {
+    return zorplex::Error{name + " has tokens, mask and log-probs of different lengths"};
+  }
+  auto length = static_cast<std::int64_t>(t.tokens.size());
+  if (length > max_seq_len) {
+    for (std::int64_t j = max_seq_len; j < length; ++j) {
+      if (t.generated[static_cast<std::size_t>(j)] != 0) {
+        return zorplex::Error{name + " has " + std::to_string(length) + " tokens, more than max_seq_len " +
+                              std::to_string(max_seq_len) + ", and generated tokens past it"};
+      }
+    }
+    length = max_seq_len;
+  }
+  if (length < 2) return zorplex::Error{name + " has fewer than 2 tokens"};
+  return length;
+}
 
 zorplex::Result<TokenBatch> make_token_batch(const std::vector<const rollout::Trajectory*>& trajectories,
                                              std::int64_t max_seq_len, torch::Device device) {
@@ -13,25 +34,10 @@ zorplex::Result<TokenBatch> make_token_batch(const std::vector<const rollout::Tr
   std::int64_t longest = 0;
   std::vector<std::int64_t> lengths;
   for (std::size_t b = 0; b < trajectories.size(); ++b) {
-    const rollout::Trajectory& t = *trajectories[b];
-    if (t.tokens.size() != t.generated.size() || t.tokens.size() != t.log_probs.size()) {
-      return zorplex::Error{"trajectory " + std::to_string(b) +
-                            " has tokens, mask and log-probs of different lengths"};
-    }
-    auto length = static_cast<std::int64_t>(t.tokens.size());
-    if (length > max_seq_len) {
-      for (std::int64_t j = max_seq_len; j < length; ++j) {
-        if (t.generated[static_cast<std::size_t>(j)] != 0) {
-          return zorplex::Error{"trajectory " + std::to_string(b) + " has " + std::to_string(length) +
-                                " tokens, more than max_seq_len " + std::to_string(max_seq_len) +
-                                ", and generated tokens past it"};
-        }
-      }
-      length = max_seq_len;
-    }
-    if (length < 2) return zorplex::Error{"trajectory " + std::to_string(b) + " has fewer than 2 tokens"};
-    lengths.push_back(length);
-    longest = std::max(longest, length);
+    auto length = trainable_length(*trajectories[b], b, max_seq_len);
+    if (!length) return length.error();
+    lengths.push_back(length.value());
+    longest = std::max(longest, length.value());
   }
   const auto batch = static_cast<std::int64_t>(trajectories.size());
   torch::Tensor tokens = torch::full({batch, longest}, policy::kPad, torch::kLong);

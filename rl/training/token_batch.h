@@ -37,6 +37,13 @@ struct TokenBatch {
   std::int64_t target_tokens = 0;     // loss_mask.sum()
 };
 
+// The tokens of trajectory t (index `index` in its batch, for the message)
+// that a batch holds: all of them, or max_seq_len when it is longer (the cut
+// rule above; an Error when a cut-off token is generated, when tokens, mask
+// and log-probs differ in length, or with fewer than 2 tokens).
+zorplex::Result<std::int64_t> trainable_length(const rollout::Trajectory& t, std::size_t index,
+                                               std::int64_t max_seq_len);
+
 zorplex::Result<TokenBatch> make_token_batch(const std::vector<const rollout::Trajectory*>& trajectories,
                                              std::int64_t max_seq_len, torch::Device device = torch::kCPU);
 

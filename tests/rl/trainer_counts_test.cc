@@ -5,7 +5,8 @@
 // filtered before sending them), filtered and trained; a sync round is as
 // many groups as the generator's round says it sends; a trainer that keeps
 // zero-variance groups (REINFORCE with the running baseline) refuses groups
-// whose generator filtered.
+// whose generator filtered. The step line's real_tokens counts the
+// trajectories' tokens, padded (group) and packed (running, --pack-sequences).
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -95,6 +96,7 @@ TEST_CASE("trainer step: sampled counts what the generators filtered, beside fil
   options.checkpoint_every = 0;
   options.out_dir = out;
   options.update.lr = 1e-4;
+  options.update.pack_sequences = baseline == "running";  // the step line counts padding either way
   trainer::AlgorithmChoice choice;
   choice.algorithm = baseline == "running" ? "reinforce" : "grpo";
   choice.baseline = baseline;
@@ -108,6 +110,13 @@ TEST_CASE("trainer step: sampled counts what the generators filtered, beside fil
     // A generator left with its filter on: its filtered group is refused; a
     // round of two unfiltered groups follows.
     round.push_back(group_of(model.value(), 13, {0.2, 0.0, 0.0}, 2, 0, 2));
+  }
+
+  // The trajectories the step trains on (the running baseline's first group is refused, below).
+  std::int64_t real_tokens = 0;
+  for (std::size_t g = baseline == "running" ? 1 : 0; g < round.size(); ++g) {
+    for (const rollout::Trajectory& t : round[g].trajectories)
+      real_tokens += static_cast<std::int64_t>(t.tokens.size());
   }
 
   trainer::TrainerLoop loop(options, std::move(model).value(), policy::Metadata{});
@@ -133,6 +142,8 @@ TEST_CASE("trainer step: sampled counts what the generators filtered, beside fil
   CHECK(step.at("trajectories_trained") == 6);
   CHECK(step.at("trajectories") == 6);
   CHECK(step.at("dropped").at("zero_variance_groups") == 0);  // the generator's filter did it: the safety net is idle
+  CHECK(step.at("real_tokens") == real_tokens);
+  CHECK(step.at("padded_tokens").get<std::int64_t>() >= 0);
   if (baseline == "group") {
     CHECK(step.at("trajectories_filtered") == 15);
     CHECK(step.at("groups_filtered") == 5);

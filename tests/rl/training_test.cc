@@ -857,3 +857,34 @@ TEST_CASE("RL update: step credit leaves a wrong answer's right steps out of its
   REQUIRE(without.update({plain}).ok());
   CHECK(torch::equal(a.value().flat_parameters(), b.value().flat_parameters()));
 }
+
+TEST_CASE("RL update: step credit on packed rows leaves out the same tokens and makes the same update",
+          "[rl][training][loss][credit]") {
+  // Three trajectories of different lengths, packed two to a row: the
+  // credit ranges must follow each trajectory to its place in its row.
+  algorithms::TrajectoryGroup group;
+  group.trajectories = {written("8*7+4=60, [ANSWER] 60", 1.0), written("8*7+4=69, [ANSWER] 69", 0.0),
+                        written("7*6+0=41, 4*6+4=28, [ANSWER] 281", 0.0)};
+  RlUpdateOptions padded;
+  padded.lr = 1e-3;
+  padded.loss.objective = Objective::kReinforce;
+  padded.step_credit = true;
+  RlUpdateOptions packed = padded;
+  packed.pack_sequences = true;
+  packed.pack_row_tokens = 64;  // room for two of them a row
+  auto a = policy::Transformer::create(tiny_config(), 6);
+  auto b = policy::Transformer::create(tiny_config(), 6);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  RlUpdater padded_updater(a.value(), padded);
+  RlUpdater packed_updater(b.value(), packed);
+  auto padded_report = padded_updater.update({group});
+  auto packed_report = packed_updater.update({group});
+  REQUIRE(padded_report.ok());
+  REQUIRE(packed_report.ok());
+  // The wrong ones: 6 + 1 tokens before the '9', 6 + 1 before the '1' of 41.
+  CHECK(padded_report.value().uncredited_tokens == 14);
+  CHECK(packed_report.value().uncredited_tokens == 14);
+  CHECK(packed_report.value().tokens == padded_report.value().tokens);
+  CHECK(torch::allclose(a.value().flat_parameters(), b.value().flat_parameters(), 1e-5, 1e-6));
+}
