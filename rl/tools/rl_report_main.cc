@@ -370,14 +370,14 @@ void print_summary(const json& report) {
   if (!eval.empty()) {
     std::printf("evaluation: %d held-out %s tasks, seed %lld, greedy\n", eval.value("n", 0),
                 eval.value("kind", "").c_str(), static_cast<long long>(eval.value("seed", 0LL)));
-    std::printf("  %-14s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
+    std::printf("  %-22s %9s %8s %7s %6s\n", "policy", "accuracy", "format", "turns", "tools");
     std::vector<std::string> names;
     for (const auto& [name, entry] : eval.items()) {
       if (entry.is_object()) names.push_back(name);
     }
     for (const std::string& name : policy_order(names)) {
       const json& entry = eval[name];
-      std::printf("  %-14s %8.1f%% %7.1f%% %7.2f %6.2f\n", name.c_str(), 100 * entry.value("accuracy", 0.0),
+      std::printf("  %-22s %8.1f%% %7.1f%% %7.2f %6.2f\n", name.c_str(), 100 * entry.value("accuracy", 0.0),
                   100 * entry.value("format_rate", 0.0), entry.value("avg_turns", 0.0),
                   entry.value("avg_tool_calls", 0.0));
     }
@@ -385,7 +385,7 @@ void print_summary(const json& report) {
   // Every environment evaluated, policy by policy (issue 33: the target and the checks beside it).
   const json environments = report.value("environments", json::object());
   if (environments.size() > 1) {
-    std::printf("accuracy by environment (greedy, held-out):\n  %-14s", "policy");
+    std::printf("accuracy by environment (greedy, held-out):\n  %-22s", "policy");
     std::vector<std::string> policies;
     for (const auto& [environment, entries] : environments.items()) {
       std::printf(" %22s", environment.c_str());
@@ -395,7 +395,7 @@ void print_summary(const json& report) {
     }
     std::printf("\n");
     for (const std::string& policy : policy_order(policies)) {
-      std::printf("  %-14s", policy.c_str());
+      std::printf("  %-22s", policy.c_str());
       for (const auto& [environment, entries] : environments.items()) {
         if (entries.contains(policy)) {
           std::printf(" %21.1f%%", 100 * entries[policy].value("accuracy", 0.0));
@@ -406,13 +406,13 @@ void print_summary(const json& report) {
       std::printf("\n");
     }
   }
-  std::printf("runs:\n  %-6s %6s %6s %8s %8s %8s %9s %11s %10s\n", "mode", "steps", "wall_s", "traj",
+  std::printf("runs:\n  %-16s %6s %6s %8s %8s %8s %9s %11s %10s\n", "run", "steps", "wall_s", "traj",
               "traj/s", "step_s", "stale", "pull_ms", "digests");
   for (const std::string& run : run_names(report)) {
     const char* name = run.c_str();
     const json& r = report[run];
     std::printf(
-        "  %-6s %6d %6.0f %8llu %8.2f %8.2f %5.2f/%-3llu %11.2f %5llu/%llu\n", name, r.value("steps", 0),
+        "  %-16s %6d %6.0f %8llu %8.2f %8.2f %5.2f/%-3llu %11.2f %5llu/%llu\n", name, r.value("steps", 0),
         r.value("wall_s", 0.0), static_cast<unsigned long long>(r.value("trajectories", 0ULL)),
         r.value("trajectories_per_s", 0.0), r.value("step_s_median", 0.0), r.value("staleness_mean", 0.0),
         static_cast<unsigned long long>(r.value("staleness_max", 0ULL)), 1000 * r.value("pull_s_median", 0.0),
