@@ -25,7 +25,9 @@
 //   element by exactly one piece), a piece some part of which no trainer rank
 //   holds, and trainer shards of one tensor that overlap without being equal
 //   (equal boxes are replicas: each piece reads a replica chosen round-robin
-//   by engine rank, to spread the load).
+//   by engine rank, to spread the load). For expert lists: expert_dim out of
+//   range, an id outside [0, E) or listed twice in one list, or a box that
+//   does not span the whole expert dimension.
 // - What a plan does not do: convert dtypes, transpose, quantize, pad (a
 //   vocabulary padded to a multiple of the TP degree needs its own piece),
 //   or re-shard non-box layouts (interleaved heads: describe each head's box
@@ -61,15 +63,35 @@ struct Box {
   static Box whole();
   // The `index`-th of `parts` equal blocks along `dim` of a tensor of `shape`
   // (shape[dim] % parts must be 0, else compute() refuses it).
-  static Box split(const std::vector<std::int64_t>& shape, std::size_t dim, std::int64_t parts, std::int64_t index);
+  static Box split(const std::vector<std::int64_t>& shape, std::size_t dim, std::int64_t parts,
+                   std::int64_t index);
+};
+
+// Which experts each rank holds, and in which local order: ranks[r] lists the
+// global expert ids of rank r, local index i holding expert ranks[r][i].
+// Trainer expert parallelism (EP) and an engine's placement (an EPLB
+// rebalance changes it) are both ExpertMaps; an engine may hold an expert on
+// several ranks (redundant experts).
+struct ExpertMap {
+  std::int64_t experts = 0;                      // E: experts per expert tensor
+  std::vector<std::vector<std::int64_t>> ranks;  // ranks[r]: global ids in local order
+
+  // Rank r holds experts [r * E / R, (r + 1) * E / R) in order (Megatron's EP
+  // layout); E % R must be 0, else the ranks are left empty.
+  static ExpertMap contiguous(std::int64_t experts, std::size_t ranks);
 };
 
 // What one trainer rank holds of one global tensor, under `local_name` in its
-// layout (a row-major tensor of shape box.size).
+// layout (a row-major tensor of shape box.size; with `experts`, box.size with
+// experts.size() along expert_dim).
 struct TrainerShard {
   std::string tensor;      // global name
   std::string local_name;  // name in this rank's WeightLayout
   Box box;
+  // Expert parallelism: the experts of this shard along `expert_dim`, in local
+  // order; empty: none (the box alone says what the shard holds).
+  std::vector<std::int64_t> experts;
+  std::size_t expert_dim = 0;
 };
 
 struct ShardedSource {
@@ -78,17 +100,24 @@ struct ShardedSource {
 
   // The WeightLayout trainer rank r publishes: its shards in order, each
   // named local_name, with the global tensor's dtype and the box's shape.
-  Result<WeightLayout> rank_layout(std::size_t rank, std::size_t alignment = WeightLayout::kDefaultAlignment) const;
+  Result<WeightLayout> rank_layout(std::size_t rank,
+                                   std::size_t alignment = WeightLayout::kDefaultAlignment) const;
 };
 
 // One piece of a destination tensor: box `from` of global tensor `tensor`,
 // placed with its first element at `at` (one index per dimension of the
 // destination tensor; the piece has the destination tensor's rank, sizes
 // from.size).
+// With `experts`, the piece is, for each i, expert experts[i] of box `from`
+// (which spans the whole expert dimension) placed at `at` plus i along
+// expert_dim: an engine rank's [local_experts, ...] tensor in its map's order
+// is one piece (or one per fused part: gate and up side by side).
 struct DestinationPiece {
   std::string tensor;  // global name
   Box from;
   std::vector<std::int64_t> at;
+  std::vector<std::int64_t> experts;  // global expert ids in local order; empty: none
+  std::size_t expert_dim = 0;
 };
 
 // A tensor in an engine rank's memory, row-major, made of pieces.

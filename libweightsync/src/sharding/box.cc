@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "sharding/box_geometry.h"
+#include "sharding/experts.h"
 
 namespace weightsync {
 
@@ -78,8 +79,13 @@ Result<WeightLayout> ShardedSource::rank_layout(std::size_t rank, std::size_t al
     detail::ResolvedBox box;
     Status valid = detail::resolve_box(shard.box, global->second->shape, &box);
     if (!valid.ok()) return bad_box(what() + " of tensor '" + shard.tensor + "' " + valid.message());
-    specs.push_back(TensorSpec{shard.local_name, global->second->dtype,
-                               detail::Shape(box.size.begin(), box.size.begin() + box.rank)});
+    detail::Shape shape(box.size.begin(), box.size.begin() + box.rank);
+    if (!shard.experts.empty()) {  // the listed experts, in local order, along expert_dim
+      valid = detail::check_experts(shard.experts, shard.expert_dim, global->second->shape, box);
+      if (!valid.ok()) return bad_box(what() + " of tensor '" + shard.tensor + "' " + valid.message());
+      shape[shard.expert_dim] = static_cast<std::int64_t>(shard.experts.size());
+    }
+    specs.push_back(TensorSpec{shard.local_name, global->second->dtype, std::move(shape)});
   }
   return WeightLayout::build(std::move(specs), alignment);
 } catch (const std::exception& e) {
@@ -210,6 +216,12 @@ void append_strided_runs(const RegionCopy& copy, std::vector<StridedRun>* out) {
     run.count = static_cast<std::uint64_t>(copy.extent[d]);
     run.src_stride = src_strides[d] * element;
     run.dest_stride = dest_strides[d] * element;
+    // Dimensions further out whose steps continue the stride evenly in both
+    // tensors join it (the rows of consecutive experts: one read, not one per expert).
+    while (next < dim_count && src_strides[dims[next]] * element == run.count * run.src_stride &&
+           dest_strides[dims[next]] * element == run.count * run.dest_stride) {
+      run.count *= static_cast<std::uint64_t>(copy.extent[dims[next++]]);
+    }
   }
   // Dimensions further out, dims[next, dim_count): one run per index
   // combination (an odometer, innermost fastest).

@@ -3,16 +3,18 @@
 // piece with the shards of its tensor, and turns each intersection into
 // strided reads; bind() makes them Destination::slices.
 //
-// Cost: O(pieces x shards of the piece's tensor) intersections, plus sorting
-// the reads. Boxes live in fixed storage and reads are routed as small
-// records before they become PlannedReads, so a plan of thousands of tensors
-// takes milliseconds.
+// Cost: O(pieces x shards the piece meets) intersections (the shards are
+// found by binary search, sharding/shard_index.h), plus sorting the reads. Boxes live in fixed storage and
+// reads are routed as small records before they become PlannedReads, so a plan of thousands of tensors takes
+// milliseconds.
 #include <algorithm>
 #include <memory_resource>
 #include <string_view>
 #include <unordered_set>
 
 #include "sharding/box_geometry.h"
+#include "sharding/experts.h"
+#include "sharding/shard_index.h"
 
 namespace weightsync {
 
@@ -26,40 +28,12 @@ Status invalid(const std::string& why) {
   return Status(ErrorCode::kInvalidArgument, "routing plan: " + why);
 }
 
-// One trainer rank's copy of a shard: rank, position in its layout, local name.
-struct ShardHolder {
-  std::size_t rank = 0;
-  std::size_t position = 0;
-  const std::string* local_name = nullptr;
-};
-
-// Shards of one tensor with the same box: replicas, in trainer rank order.
-struct ShardGroup {
-  ResolvedBox box;
-  ShardHolder first;
-  std::vector<ShardHolder> replicas;  // the others, usually none
-
-  const ShardHolder& holder_for(std::size_t engine_rank) const {
-    const std::size_t k = engine_rank % (replicas.size() + 1);
-    return k == 0 ? first : replicas[k - 1];
-  }
-};
-
-struct IndexedTensor {
-  const GlobalTensor* tensor = nullptr;
-  std::vector<ShardGroup> groups;  // pairwise disjoint boxes
-};
-
-// Keys view the names in ShardedSource::tensors, which outlive compute().
-using TensorIndex = std::unordered_map<std::string_view, IndexedTensor>;
+using detail::IndexedTensor;
+using detail::ShardGroup;
+using detail::ShardHolder;
 
 // ---------------------------------------------------------------------------
 // Messages
-
-std::string shard_what(std::size_t rank, const TrainerShard& shard) {
-  return "trainer rank " + std::to_string(rank) + "'s shard '" + shard.local_name + "' of tensor '" +
-         shard.tensor + "'";
-}
 
 std::string dest_what(const DestinationTensor& dest, std::size_t engine_rank) {
   return "destination tensor '" + dest.name + "' of engine rank " + std::to_string(engine_rank);
@@ -68,65 +42,6 @@ std::string dest_what(const DestinationTensor& dest, std::size_t engine_rank) {
 std::string piece_what(const DestinationTensor& dest, std::size_t p, std::size_t engine_rank) {
   return "piece " + std::to_string(p) + " (tensor '" + dest.pieces[p].tensor + "') of " +
          dest_what(dest, engine_rank);
-}
-
-// ---------------------------------------------------------------------------
-// The trainer side: global tensors and their shards
-
-// A dtype and shape a plan can handle; otherwise kInvalidArgument whose
-// message is a predicate for the caller to put after the tensor's name.
-Status check_tensor(DType dtype, const Shape& shape) {
-  const auto refuse = [](const std::string& why) { return Status(ErrorCode::kInvalidArgument, why); };
-  if (dtype_size(dtype) == 0) return refuse("has an unknown dtype");
-  if (shape.size() > detail::kMaxRank) {
-    return refuse("has " + std::to_string(shape.size()) + " dimensions, more than " +
-                  std::to_string(detail::kMaxRank));
-  }
-  std::uint64_t numel = 0;
-  std::uint64_t bytes = 0;
-  if (!detail::checked_numel(shape, &numel) || __builtin_mul_overflow(numel, dtype_size(dtype), &bytes)) {
-    return refuse(
-        "has a zero or negative dimension or more bytes than fit in 64 bits; give it a positive shape");
-  }
-  return Status();
-}
-
-Result<TensorIndex> index_global_tensors(const std::vector<GlobalTensor>& tensors) {
-  TensorIndex index;
-  index.reserve(tensors.size());
-  for (const auto& tensor : tensors) {
-    if (tensor.name.empty()) return invalid("a global tensor has an empty name; name every tensor");
-    Status valid = check_tensor(tensor.dtype, tensor.shape);
-    if (!valid.ok()) return invalid("global tensor '" + tensor.name + "' " + valid.message());
-    if (!index.emplace(tensor.name, IndexedTensor{&tensor, {}}).second) {
-      return invalid("global tensor '" + tensor.name +
-                     "' is listed twice in ShardedSource::tensors; list each once");
-    }
-  }
-  return index;
-}
-
-// Adds one shard to its tensor's groups: a replica of an equal box, or a new
-// box that must not overlap any other.
-Status add_shard(IndexedTensor* entry, const ResolvedBox& box, const ShardHolder& holder,
-                 const TrainerShard& shard, std::size_t trainer_ranks) {
-  ResolvedBox common;
-  for (auto& group : entry->groups) {
-    if (detail::same_box(group.box, box)) {
-      group.replicas.push_back(holder);
-      return Status();
-    }
-    if (detail::intersect(group.box, box, &common)) {
-      return invalid(shard_what(holder.rank, shard) + " has box " + detail::describe_box(box) +
-                     ", which overlaps trainer rank " + std::to_string(group.first.rank) + "'s shard " +
-                     detail::describe_box(group.box) +
-                     " of the same tensor without being equal to it; shards of a tensor must be disjoint or "
-                     "identical (replicas)");
-    }
-  }
-  if (entry->groups.empty()) entry->groups.reserve(std::min<std::size_t>(trainer_ranks, 8));
-  entry->groups.push_back(ShardGroup{box, holder, {}});
-  return Status();
 }
 
 // A set of names whose nodes come from one arena (no allocation per name).
@@ -140,46 +55,20 @@ class NameSet {
   std::pmr::unordered_set<std::string_view> names_;
 };
 
-Status index_trainer_shards(const ShardedSource& source, TensorIndex* index) {
-  for (std::size_t rank = 0; rank < source.ranks.size(); ++rank) {
-    NameSet local_names(source.ranks[rank].size());
-    for (std::size_t position = 0; position < source.ranks[rank].size(); ++position) {
-      const TrainerShard& shard = source.ranks[rank][position];
-      auto entry = index->find(shard.tensor);
-      if (entry == index->end()) {
-        return invalid(shard_what(rank, shard) + " names an unknown global tensor; add '" + shard.tensor +
-                       "' to ShardedSource::tensors");
-      }
-      if (shard.local_name.empty()) {
-        return invalid(shard_what(rank, shard) + " has an empty local_name; name it as in the rank's layout");
-      }
-      if (!local_names.insert(shard.local_name)) {
-        return invalid(
-            shard_what(rank, shard) +
-            " reuses the local name of another shard of that rank; give each a distinct local_name");
-      }
-      ResolvedBox box;
-      Status valid = detail::resolve_box(shard.box, entry->second.tensor->shape, &box);
-      if (!valid.ok()) return invalid(shard_what(rank, shard) + " " + valid.message());
-      Status added = add_shard(&entry->second, box, ShardHolder{rank, position, &shard.local_name}, shard,
-                               source.ranks.size());
-      if (!added.ok()) return added;
-    }
-  }
-  return Status();
-}
-
 // ---------------------------------------------------------------------------
 // The engine side: destination tensors and their pieces
 
 // A piece resolved against its global tensor: its box and its origin in the
-// destination tensor.
+// destination tensor. An expert piece resolves into one per run of experts.
 struct ResolvedPiece {
   const IndexedTensor* source = nullptr;
+  std::size_t piece = 0;  // index in DestinationTensor::pieces, for messages
   ResolvedBox box;
   Dims at{};
 };
 
+// Checks that `resolved` (box and at set from the piece; for an expert piece,
+// its box's expert dimension sized to its list) lies inside the destination.
 Status check_placement(const DestinationTensor& dest, std::size_t p, std::size_t engine_rank,
                        ResolvedPiece* resolved) {
   const std::vector<std::int64_t>& at = dest.pieces[p].at;
@@ -201,15 +90,18 @@ Status check_placement(const DestinationTensor& dest, std::size_t p, std::size_t
   return Status();
 }
 
+// Resolves piece p into `out` (appended): one ResolvedPiece, or one per run
+// of its experts.
 Status resolve_piece(const DestinationTensor& dest, std::size_t p, std::size_t engine_rank,
-                     const TensorIndex& index, ResolvedPiece* resolved) {
+                     const detail::ShardIndex& index, std::vector<detail::ExpertRun>* runs,
+                     std::vector<ResolvedPiece>* out) {
   const DestinationPiece& piece = dest.pieces[p];
-  auto entry = index.find(piece.tensor);
-  if (entry == index.end()) {
+  const IndexedTensor* source = index.find(piece.tensor);
+  if (source == nullptr) {
     return invalid(piece_what(dest, p, engine_rank) + " names an unknown global tensor; add '" +
                    piece.tensor + "' to ShardedSource::tensors");
   }
-  const GlobalTensor& global = *entry->second.tensor;
+  const GlobalTensor& global = *source->tensor;
   if (global.dtype != dest.dtype) {
     return invalid(piece_what(dest, p, engine_rank) + ": the destination is " + to_string(dest.dtype) +
                    " but the global tensor is " + to_string(global.dtype) +
@@ -220,31 +112,59 @@ Status resolve_piece(const DestinationTensor& dest, std::size_t p, std::size_t e
                    std::to_string(global.shape.size()) + " dimensions and the destination " +
                    std::to_string(dest.shape.size()) + "; a piece must have the destination's rank");
   }
-  resolved->source = &entry->second;
-  Status valid = detail::resolve_box(piece.from, global.shape, &resolved->box);
+  ResolvedPiece resolved;
+  resolved.source = source;
+  resolved.piece = p;
+  Status valid = detail::resolve_box(piece.from, global.shape, &resolved.box);
   if (!valid.ok()) return invalid(piece_what(dest, p, engine_rank) + " " + valid.message());
-  return check_placement(dest, p, engine_rank, resolved);
+  if (piece.experts.empty()) {
+    valid = check_placement(dest, p, engine_rank, &resolved);
+    if (valid.ok()) out->push_back(resolved);
+    return valid;
+  }
+  valid = detail::check_experts(piece.experts, piece.expert_dim, global.shape, resolved.box);
+  if (!valid.ok()) return invalid(piece_what(dest, p, engine_rank) + " " + valid.message());
+  const ResolvedBox whole = resolved.box;
+  resolved.box.size[piece.expert_dim] = static_cast<std::int64_t>(piece.experts.size());
+  valid = check_placement(dest, p, engine_rank, &resolved);
+  if (!valid.ok()) return valid;
+  const std::int64_t base = resolved.at[piece.expert_dim];
+  detail::expert_runs(piece.experts, runs);
+  for (const detail::ExpertRun& run : *runs) {
+    resolved.box = detail::run_box(whole, piece.expert_dim, run);
+    resolved.at[piece.expert_dim] = base + run.local;
+    out->push_back(resolved);
+  }
+  return Status();
 }
 
 // Every element of the destination in exactly one piece: pairwise disjoint
 // (in destination coordinates) and volumes summing to its element count.
+// Placed boxes are sorted along dimension 0, and each is compared only with
+// those that start before it ends there.
 Status check_coverage(const DestinationTensor& dest, const std::vector<ResolvedPiece>& pieces,
-                      std::size_t engine_rank) {
+                      std::size_t engine_rank, std::vector<std::size_t>* order) {
+  order->resize(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) (*order)[i] = i;
+  const auto at0 = [&pieces](std::size_t i) { return pieces[i].box.rank == 0 ? 0 : pieces[i].at[0]; };
+  std::sort(order->begin(), order->end(), [&](std::size_t a, std::size_t b) { return at0(a) < at0(b); });
   std::uint64_t covered = 0;
-  ResolvedBox placed;
-  ResolvedBox other;
   ResolvedBox common;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    placed = ResolvedBox{pieces[i].box.rank, pieces[i].at, pieces[i].box.size};
-    for (std::size_t j = i + 1; j < pieces.size(); ++j) {
-      other = ResolvedBox{pieces[j].box.rank, pieces[j].at, pieces[j].box.size};
-      if (detail::intersect(placed, other, &common)) {
-        return invalid("pieces " + std::to_string(i) + " and " + std::to_string(j) + " of " +
-                       dest_what(dest, engine_rank) + " overlap at " + detail::describe_box(common) +
+  for (std::size_t x = 0; x < order->size(); ++x) {
+    const ResolvedPiece& a = pieces[(*order)[x]];
+    const ResolvedBox placed{a.box.rank, a.at, a.box.size};
+    for (std::size_t y = x + 1; y < order->size(); ++y) {
+      const ResolvedPiece& b = pieces[(*order)[y]];
+      if (a.box.rank > 0 && b.at[0] >= a.at[0] + a.box.size[0]) break;
+      if (detail::intersect(placed, ResolvedBox{b.box.rank, b.at, b.box.size}, &common)) {
+        const std::size_t i = std::min(a.piece, b.piece), j = std::max(a.piece, b.piece);
+        return invalid((i == j ? "two experts of piece " + std::to_string(i)
+                               : "pieces " + std::to_string(i) + " and " + std::to_string(j)) +
+                       " of " + dest_what(dest, engine_rank) + " overlap at " + detail::describe_box(common) +
                        "; every element must come from exactly one piece");
       }
     }
-    covered += detail::box_volume(pieces[i].box);  // disjoint pieces inside the destination: no overflow
+    covered += detail::box_volume(a.box);  // disjoint pieces inside the destination: no overflow
   }
   std::uint64_t numel = 0;
   detail::checked_numel(dest.shape, &numel);
@@ -254,19 +174,6 @@ Status check_coverage(const DestinationTensor& dest, const std::vector<ResolvedP
                    " elements; add pieces for the rest");
   }
   return Status();
-}
-
-// Validates one destination tensor and resolves its pieces into `pieces`.
-Status resolve_destination(const DestinationTensor& dest, std::size_t engine_rank, const TensorIndex& index,
-                           std::vector<ResolvedPiece>* pieces) {
-  Status valid = check_tensor(dest.dtype, dest.shape);
-  if (!valid.ok()) return invalid(dest_what(dest, engine_rank) + " " + valid.message());
-  pieces->resize(dest.pieces.size());
-  for (std::size_t p = 0; p < dest.pieces.size(); ++p) {
-    Status resolved = resolve_piece(dest, p, engine_rank, index, &(*pieces)[p]);
-    if (!resolved.ok()) return resolved;
-  }
-  return check_coverage(dest, *pieces, engine_rank);
 }
 
 // ---------------------------------------------------------------------------
@@ -285,35 +192,57 @@ struct RouteScratch {
   detail::RegionCopy copy;
   std::vector<detail::StridedRun> runs;
   std::vector<ResolvedPiece> pieces;
+  std::vector<detail::ExpertRun> expert_runs;
+  std::vector<std::size_t> order;
   std::vector<std::vector<RoutedRead>> by_rank;  // [trainer rank]
 };
 
-// The copy of `common` (an intersection of `piece` and a shard box) from the
-// shard's local tensor into the destination tensor.
+// Validates one destination tensor and resolves its pieces into scratch->pieces.
+Status resolve_destination(const DestinationTensor& dest, std::size_t engine_rank,
+                           const detail::ShardIndex& index, RouteScratch* scratch) {
+  Status valid = detail::check_tensor(dest.dtype, dest.shape);
+  if (!valid.ok()) return invalid(dest_what(dest, engine_rank) + " " + valid.message());
+  scratch->pieces.clear();
+  for (std::size_t p = 0; p < dest.pieces.size(); ++p) {
+    Status resolved = resolve_piece(dest, p, engine_rank, index, &scratch->expert_runs, &scratch->pieces);
+    if (!resolved.ok()) return resolved;
+  }
+  return check_coverage(dest, scratch->pieces, engine_rank, &scratch->order);
+}
+
+// The copy of `common` (an intersection of `piece` and a shard box held by
+// `holder`) from the holder's local tensor into the destination tensor.
 void describe_copy(const DestinationTensor& dest, const ResolvedPiece& piece, const ResolvedBox& shard,
-                   const ResolvedBox& common, detail::RegionCopy* copy) {
+                   const ShardHolder& holder, const ResolvedBox& common, detail::RegionCopy* copy) {
   copy->rank = common.rank;
   copy->element_bytes = dtype_size(dest.dtype);
   for (std::size_t d = 0; d < common.rank; ++d) {
-    copy->src_shape[d] = shard.size[d];
-    copy->src_start[d] = common.start[d] - shard.start[d];
+    copy->src_shape[d] = holder.local_shape[d];
+    copy->src_start[d] = holder.local_at[d] + common.start[d] - shard.start[d];
     copy->dest_shape[d] = dest.shape[d];
     copy->dest_start[d] = piece.at[d] + common.start[d] - piece.box.start[d];
     copy->extent[d] = common.size[d];
   }
 }
 
-// Routes piece p to one replica of each shard group it meets, appending to
-// by_rank[trainer rank]; errors if some part of it is held by no trainer rank.
-Status route_piece(const DestinationTensor& dest, std::size_t p, const ResolvedPiece& piece,
-                   std::size_t engine_rank, RouteScratch* scratch) {
+// Routes a resolved piece to one replica of each shard group it meets,
+// appending to by_rank[trainer rank]; errors if some part of it is held by no
+// trainer rank.
+Status route_piece(const DestinationTensor& dest, const ResolvedPiece& piece, std::size_t engine_rank,
+                   RouteScratch* scratch) {
   std::uint64_t found = 0;
   ResolvedBox common;
-  for (const ShardGroup& group : piece.source->groups) {
+  const IndexedTensor& source = *piece.source;
+  const std::size_t key = source.key_dim;
+  const auto [first, last] = piece.box.rank == 0
+                                 ? std::pair<std::size_t, std::size_t>{0, source.groups.size()}
+                                 : source.candidates(piece.box.start[key], piece.box.size[key]);
+  for (std::size_t g = first; g < last; ++g) {
+    const ShardGroup& group = source.groups[g];
     if (!detail::intersect(piece.box, group.box, &common)) continue;
     found += detail::box_volume(common);
     const ShardHolder& holder = group.holder_for(engine_rank);
-    describe_copy(dest, piece, group.box, common, &scratch->copy);
+    describe_copy(dest, piece, group.box, holder, common, &scratch->copy);
     scratch->runs.clear();
     detail::append_strided_runs(scratch->copy, &scratch->runs);
     for (const detail::StridedRun& run : scratch->runs) {
@@ -323,7 +252,7 @@ Status route_piece(const DestinationTensor& dest, std::size_t p, const ResolvedP
   }
   const std::uint64_t volume = detail::box_volume(piece.box);
   if (found != volume) {  // shard boxes are disjoint: found == volume iff covered
-    return invalid(piece_what(dest, p, engine_rank) + ": " + std::to_string(volume - found) +
+    return invalid(piece_what(dest, piece.piece, engine_rank) + ": " + std::to_string(volume - found) +
                    " elements of its box " + detail::describe_box(piece.box) +
                    " are held by no trainer rank; add trainer shards that cover them");
   }
@@ -353,7 +282,7 @@ std::vector<PlannedRead> sorted_reads(std::vector<RoutedRead>* routed) {
 
 // The reads of engine rank g, one sorted list per trainer rank.
 Status plan_engine_rank(const std::vector<DestinationTensor>& tensors, std::size_t engine_rank,
-                        const TensorIndex& index, RouteScratch* scratch,
+                        const detail::ShardIndex& index, RouteScratch* scratch,
                         std::vector<std::vector<PlannedRead>>* reads) {
   for (auto& routed : scratch->by_rank) routed.clear();
   NameSet names(tensors.size());
@@ -366,10 +295,10 @@ Status plan_engine_rank(const std::vector<DestinationTensor>& tensors, std::size
       return invalid(dest_what(dest, engine_rank) +
                      " is listed twice; give each destination tensor a distinct name");
     }
-    Status valid = resolve_destination(dest, engine_rank, index, &scratch->pieces);
+    Status valid = resolve_destination(dest, engine_rank, index, scratch);
     if (!valid.ok()) return valid;
-    for (std::size_t p = 0; p < dest.pieces.size(); ++p) {
-      Status routed = route_piece(dest, p, scratch->pieces[p], engine_rank, scratch);
+    for (const ResolvedPiece& piece : scratch->pieces) {
+      Status routed = route_piece(dest, piece, engine_rank, scratch);
       if (!routed.ok()) return routed;
     }
   }
@@ -382,10 +311,8 @@ Status plan_engine_rank(const std::vector<DestinationTensor>& tensors, std::size
 }  // namespace
 
 Result<RoutingPlan> RoutingPlan::compute(const ShardedSource& source, const ShardedTarget& target) try {
-  auto index = index_global_tensors(source.tensors);
+  auto index = detail::ShardIndex::build(source);
   if (!index.ok()) return index.status();
-  Status shards = index_trainer_shards(source, &index.value());
-  if (!shards.ok()) return shards;
   RoutingPlan plan;
   plan.trainer_ranks_ = source.ranks.size();
   plan.reads_.resize(target.ranks.size());

@@ -1,0 +1,73 @@
+// Expert lists (sharding/experts.h) and ExpertMap::contiguous.
+#include "sharding/experts.h"
+
+#include <string>
+
+namespace weightsync {
+
+ExpertMap ExpertMap::contiguous(std::int64_t experts, std::size_t ranks) {
+  ExpertMap map;
+  map.experts = experts;
+  map.ranks.resize(ranks);
+  if (ranks == 0 || experts <= 0 || experts % static_cast<std::int64_t>(ranks) != 0) return map;
+  const std::int64_t per_rank = experts / static_cast<std::int64_t>(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    map.ranks[r].reserve(static_cast<std::size_t>(per_rank));
+    for (std::int64_t i = 0; i < per_rank; ++i)
+      map.ranks[r].push_back(static_cast<std::int64_t>(r) * per_rank + i);
+  }
+  return map;
+}
+
+namespace detail {
+
+Status check_experts(const std::vector<std::int64_t>& experts, std::size_t expert_dim, const Shape& shape,
+                     const ResolvedBox& box) {
+  const auto refuse = [](const std::string& why) { return Status(ErrorCode::kInvalidArgument, why); };
+  if (expert_dim >= shape.size()) {
+    return refuse("has expert_dim " + std::to_string(expert_dim) + " but its tensor has " +
+                  std::to_string(shape.size()) + " dimensions; name the dimension that stacks the experts");
+  }
+  const std::int64_t count = shape[expert_dim];
+  if (box.start[expert_dim] != 0 || box.size[expert_dim] != count) {
+    return refuse("has an expert list and a box " + describe_box(box) +
+                  " that does not span the whole expert dimension " + std::to_string(expert_dim) +
+                  " (0:" + std::to_string(count) +
+                  "); the list selects the experts, the box only the other dimensions");
+  }
+  std::vector<bool> seen(static_cast<std::size_t>(count), false);
+  for (std::int64_t id : experts) {
+    if (id < 0 || id >= count) {
+      return refuse("lists expert " + std::to_string(id) + ", outside [0, " + std::to_string(count) +
+                    "); list only experts the tensor has");
+    }
+    if (seen[static_cast<std::size_t>(id)]) {
+      return refuse("lists expert " + std::to_string(id) +
+                    " twice; list each expert once (every byte is read once per destination)");
+    }
+    seen[static_cast<std::size_t>(id)] = true;
+  }
+  return Status();
+}
+
+void expert_runs(const std::vector<std::int64_t>& experts, std::vector<ExpertRun>* out) {
+  out->clear();
+  for (std::size_t i = 0; i < experts.size(); ++i) {
+    if (!out->empty() && out->back().first + out->back().length == experts[i]) {
+      ++out->back().length;
+    } else {
+      out->push_back(ExpertRun{experts[i], static_cast<std::int64_t>(i), 1});
+    }
+  }
+}
+
+ResolvedBox run_box(const ResolvedBox& box, std::size_t expert_dim, const ExpertRun& run) {
+  ResolvedBox narrowed = box;
+  narrowed.start[expert_dim] = run.first;
+  narrowed.size[expert_dim] = run.length;
+  return narrowed;
+}
+
+}  // namespace detail
+
+}  // namespace weightsync
