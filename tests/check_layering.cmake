@@ -88,6 +88,7 @@ set(public_homes
   "subscriber_group.h=subscriber"
   "narrow.h=narrow"
   "sharding.h=sharding"
+  "rank_puller.h=sharding"
   "relay.h=relay"
   "staged_updates.h=staged"
   "weightsync.h=-")

@@ -14,6 +14,7 @@
 #include "weightsync/narrow.h"
 #include "weightsync/options.h"
 #include "weightsync/publisher.h"
+#include "weightsync/rank_puller.h"
 #include "weightsync/relay.h"
 #include "weightsync/settings.h"
 #include "weightsync/sharding.h"
