@@ -58,11 +58,12 @@ bool pull_and_check(EngineRank& rank, std::size_t g, const ShardedSource& source
                   pulled->group.bytes == want_bytes && stats.registrations == rank.registrations_after_first;
   std::printf(
       "  engine rank %zu: version %llu, plan %llu, %llu bytes read (its %lld experts: %llu), %llu elements "
-      "checked, %llu wrong, %llu memory registrations after the first pull%s\n",
+      "checked, %llu wrong, %llu memory registrations (%llu after the first pull)%s\n",
       g, static_cast<unsigned long long>(pulled->group.version),
       static_cast<unsigned long long>(pulled->plan), static_cast<unsigned long long>(pulled->group.bytes),
       static_cast<long long>(target.ranks[g][0].shape[0]), static_cast<unsigned long long>(want_bytes),
       static_cast<unsigned long long>(checked), static_cast<unsigned long long>(wrong),
+      static_cast<unsigned long long>(stats.registrations),
       static_cast<unsigned long long>(stats.registrations - rank.registrations_after_first),
       ok ? "" : "  <-- FAILED");
   return ok;
@@ -176,6 +177,14 @@ int main(int argc, char** argv) {
       o.model.experts % o.model.trainer_ep != 0 || o.model.ff % o.model.trainer_tp != 0) {
     std::fprintf(stderr, "--experts must divide by --engine-ranks and --trainer-ep, --ff by --trainer-tp\n");
     return 2;
+  }
+  if (o.transport != "auto") {  // a transport not built or not viable here: skipped (77), as conformance does
+    bool usable = false;
+    for (const auto& t : available_transports()) usable = usable || (t.name == o.transport && t.viable);
+    if (!usable) {
+      std::fprintf(stderr, "transport %s is not built or not viable here: skipped\n", o.transport.c_str());
+      return 77;
+    }
   }
   return run(o);
 }
