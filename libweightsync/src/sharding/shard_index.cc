@@ -66,14 +66,15 @@ class NameSet {
 
 // The boxes of one shard (one, or one per run of experts) into `pending`.
 Status add_shard(const TrainerShard& shard, std::size_t rank, std::size_t position, PendingTensor* pending,
-                 std::vector<ExpertRun>* runs) {
+                 std::deque<Dims>* local_shapes, std::vector<ExpertRun>* runs) {
   const GlobalTensor& global = *pending->entry->tensor;
   ShardBox added;
   added.shard = &shard;
-  added.holder = ShardHolder{rank, position, &shard.local_name, {}, {}};
+  added.holder = ShardHolder{rank, position, &shard.local_name, nullptr, 0, 0};
   Status valid = resolve_box(shard.box, global.shape, &added.box);
   if (!valid.ok()) return invalid(shard_what(rank, shard) + " " + valid.message());
-  added.holder.local_shape = added.box.size;
+  local_shapes->push_back(added.box.size);
+  added.holder.local_shape = &local_shapes->back();
   if (shard.experts.empty()) {
     pending->boxes.push_back(added);
     return Status();
@@ -82,12 +83,13 @@ Status add_shard(const TrainerShard& shard, std::size_t rank, std::size_t positi
   if (!valid.ok()) return invalid(shard_what(rank, shard) + " " + valid.message());
   if (!pending->has_expert_dim) pending->entry->key_dim = shard.expert_dim;
   pending->has_expert_dim = true;
-  added.holder.local_shape[shard.expert_dim] = static_cast<std::int64_t>(shard.experts.size());
+  local_shapes->back()[shard.expert_dim] = static_cast<std::int64_t>(shard.experts.size());
+  added.holder.expert_dim = shard.expert_dim;
   expert_runs(shard.experts, runs);
   const ResolvedBox whole = added.box;
   for (const ExpertRun& run : *runs) {
     added.box = run_box(whole, shard.expert_dim, run);
-    added.holder.local_at[shard.expert_dim] = run.local;
+    added.holder.local_offset = run.local;
     pending->boxes.push_back(added);
   }
   return Status();
@@ -98,16 +100,24 @@ Status add_shard(const TrainerShard& shard, std::size_t rank, std::size_t positi
 // start before its end along key_dim.
 Status finish_tensor(PendingTensor* pending) {
   IndexedTensor& entry = *pending->entry;
-  std::sort(pending->boxes.begin(), pending->boxes.end(), BoxOrder{entry.key_dim});
+  // Sort positions, not the boxes themselves (a few hundred bytes each).
+  std::vector<std::uint32_t> order(pending->boxes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  const BoxOrder before{entry.key_dim};
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return before(pending->boxes[a], pending->boxes[b]); });
   entry.groups.reserve(pending->boxes.size());
+  entry.starts.reserve(pending->boxes.size());
   std::vector<const TrainerShard*> shard_of;  // of each group's first holder, for messages
   shard_of.reserve(pending->boxes.size());
-  for (const ShardBox& b : pending->boxes) {
+  for (std::uint32_t i : order) {
+    const ShardBox& b = pending->boxes[i];
     if (!entry.groups.empty() && same_box(entry.groups.back().box, b.box)) {
       entry.groups.back().replicas.push_back(b.holder);
       continue;
     }
     entry.groups.push_back(ShardGroup{b.box, b.holder, {}});
+    entry.starts.push_back(b.box.start[entry.key_dim]);
     shard_of.push_back(b.shard);
     entry.max_key_size = std::max(entry.max_key_size, b.box.size[entry.key_dim]);
   }
@@ -149,12 +159,9 @@ Status check_tensor(DType dtype, const Shape& shape) {
 
 std::pair<std::size_t, std::size_t> IndexedTensor::candidates(std::int64_t start, std::int64_t size) const {
   const std::int64_t lowest = start - max_key_size + 1;  // a group starting before it ends before `start`
-  const auto by_start = [this](const ShardGroup& g, std::int64_t value) {
-    return g.box.start[key_dim] < value;
-  };
-  const auto first = std::lower_bound(groups.begin(), groups.end(), lowest, by_start);
-  const auto last = std::lower_bound(first, groups.end(), start + size, by_start);
-  return {static_cast<std::size_t>(first - groups.begin()), static_cast<std::size_t>(last - groups.begin())};
+  const auto first = std::lower_bound(starts.begin(), starts.end(), lowest);
+  const auto last = std::lower_bound(first, starts.end(), start + size);
+  return {static_cast<std::size_t>(first - starts.begin()), static_cast<std::size_t>(last - starts.begin())};
 }
 
 const IndexedTensor* ShardIndex::find(std::string_view name) const {
@@ -171,7 +178,7 @@ Result<ShardIndex> ShardIndex::build(const ShardedSource& source) {
     if (tensor.name.empty()) return invalid("a global tensor has an empty name; name every tensor");
     Status valid = check_tensor(tensor.dtype, tensor.shape);
     if (!valid.ok()) return invalid("global tensor '" + tensor.name + "' " + valid.message());
-    auto [it, added] = index.tensors_.emplace(tensor.name, IndexedTensor{&tensor, {}, 0, 0});
+    auto [it, added] = index.tensors_.emplace(tensor.name, IndexedTensor{&tensor, {}, {}, 0, 0});
     if (!added) {
       return invalid("global tensor '" + tensor.name +
                      "' is listed twice in ShardedSource::tensors; list each once");
@@ -196,7 +203,7 @@ Result<ShardIndex> ShardIndex::build(const ShardedSource& source) {
             shard_what(rank, shard) +
             " reuses the local name of another shard of that rank; give each a distinct local_name");
       }
-      Status added = add_shard(shard, rank, position, &entry->second, &runs);
+      Status added = add_shard(shard, rank, position, &entry->second, &index.local_shapes_, &runs);
       if (!added.ok()) return added;
     }
   }

@@ -16,6 +16,7 @@
 // methods are thread-safe.
 #pragma once
 
+#include <deque>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -25,13 +26,18 @@
 namespace weightsync::detail {
 
 // One trainer rank's copy of a box: rank, the local tensor's position in its
-// layout, name and shape, and where the box's first element lies in it.
+// layout, name and shape, and where the box's first element lies in it (at
+// local_offset along expert_dim, 0 along the others). Small: a plan over
+// hundreds of experts holds one per run of experts.
 struct ShardHolder {
   std::size_t rank = 0;
   std::size_t position = 0;
   const std::string* local_name = nullptr;
-  Dims local_shape{};
-  Dims local_at{};
+  const Dims* local_shape = nullptr;  // owned by the ShardIndex
+  std::size_t expert_dim = 0;
+  std::int64_t local_offset = 0;
+
+  std::int64_t local_at(std::size_t d) const { return d == expert_dim ? local_offset : 0; }
 };
 
 // Shards of one tensor with the same box: replicas, in trainer rank order.
@@ -48,7 +54,8 @@ struct ShardGroup {
 
 struct IndexedTensor {
   const GlobalTensor* tensor = nullptr;
-  std::vector<ShardGroup> groups;  // pairwise disjoint, sorted by start along key_dim
+  std::vector<ShardGroup> groups;    // pairwise disjoint, sorted by start along key_dim
+  std::vector<std::int64_t> starts;  // groups[i].box.start[key_dim], for the binary search
   std::size_t key_dim = 0;
   std::int64_t max_key_size = 0;  // the largest group's size along key_dim
 
@@ -70,6 +77,7 @@ class ShardIndex {
  private:
   // Keys view the names in ShardedSource::tensors.
   std::unordered_map<std::string_view, IndexedTensor> tensors_;
+  std::deque<Dims> local_shapes_;  // one per trainer shard; holders point here
 };
 
 }  // namespace weightsync::detail
