@@ -442,6 +442,21 @@ TEST_CASE("experts: compute refuses bad expert lists", "[sharding][experts]") {
   }
 }
 
+TEST_CASE("experts: a tensor claiming 2^40 experts costs memory in the lists, not in E",
+          "[sharding][experts]") {
+  const Shape shape{std::int64_t{1} << 40, 1};
+  ShardedSource source{{{"w", DType::kInt8, shape}},
+                       {{{"w", "w", Box::whole(), {(std::int64_t{1} << 40) - 1, 7}, 0}}}};
+  ShardedTarget target{
+      {{{"w", DType::kInt8, {2, 1}, {{"w", Box::whole(), {0, 0}, {7, (std::int64_t{1} << 40) - 1}, 0}}}}}};
+  const RoutingPlan plan = compute(source, target);
+  CHECK(plan.bytes(0, 0) == 2);
+  target.ranks[0][0].pieces[0].experts = {7, 7};
+  auto refused = RoutingPlan::compute(source, target);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("expert 7 twice"));
+}
+
 TEST_CASE("experts: equal runs on two trainer ranks are replicas", "[sharding][experts]") {
   ExpertSetup setup;
   setup.source.ranks.push_back(setup.source.ranks[0]);  // rank 2: a data-parallel copy of rank 0

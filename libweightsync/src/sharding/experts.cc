@@ -1,6 +1,7 @@
 // Expert lists (sharding/experts.h) and ExpertMap::contiguous.
 #include "sharding/experts.h"
 
+#include <algorithm>
 #include <string>
 
 namespace weightsync {
@@ -35,17 +36,20 @@ Status check_experts(const std::vector<std::int64_t>& experts, std::size_t exper
                   " (0:" + std::to_string(count) +
                   "); the list selects the experts, the box only the other dimensions");
   }
-  std::vector<bool> seen(static_cast<std::size_t>(count), false);
   for (std::int64_t id : experts) {
     if (id < 0 || id >= count) {
       return refuse("lists expert " + std::to_string(id) + ", outside [0, " + std::to_string(count) +
                     "); list only experts the tensor has");
     }
-    if (seen[static_cast<std::size_t>(id)]) {
-      return refuse("lists expert " + std::to_string(id) +
-                    " twice; list each expert once (every byte is read once per destination)");
-    }
-    seen[static_cast<std::size_t>(id)] = true;
+  }
+  // Duplicates by sorting a copy: memory in the list's length, never in E
+  // (a tensor may claim 2^40 experts).
+  std::vector<std::int64_t> sorted(experts);
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end()) {
+    return refuse("lists expert " + std::to_string(*twice) +
+                  " twice; list each expert once (every byte is read once per destination)");
   }
   return Status();
 }
