@@ -90,6 +90,7 @@ class RankPuller {
   Result<std::vector<Destination>> bind_checked(const RoutingPlan& plan) const;
 
   std::unique_ptr<SubscriberGroup> group_;
+  const std::size_t trainer_ranks_;  // group_->size(), read by replan() without touching the group
   const std::size_t engine_rank_;
   const std::vector<ScatterEntry> buffers_;
   const MemoryKind kind_;

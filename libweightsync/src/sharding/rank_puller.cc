@@ -47,14 +47,18 @@ Status check_reads_fit(const RoutingPlan& plan, std::size_t g,
 
 RankPuller::RankPuller(std::unique_ptr<SubscriberGroup> group, std::size_t engine_rank,
                        std::vector<ScatterEntry> buffers, MemoryKind kind)
-    : group_(std::move(group)), engine_rank_(engine_rank), buffers_(std::move(buffers)), kind_(kind) {}
+    : group_(std::move(group)),
+      trainer_ranks_(group_->size()),
+      engine_rank_(engine_rank),
+      buffers_(std::move(buffers)),
+      kind_(kind) {}
 
 RankPuller::~RankPuller() = default;
 
 Result<std::vector<Destination>> RankPuller::bind_checked(const RoutingPlan& plan) const {
-  if (plan.trainer_ranks() != group_->size()) {
+  if (plan.trainer_ranks() != trainer_ranks_) {
     return invalid("the plan has " + std::to_string(plan.trainer_ranks()) + " trainer ranks but the group " +
-                   std::to_string(group_->size()) + " members; plan for the group's trainer ranks");
+                   std::to_string(trainer_ranks_) + " members; plan for the group's trainer ranks");
   }
   if (engine_rank_ >= plan.engine_ranks()) {
     return invalid("the plan has no engine rank " + std::to_string(engine_rank_) + " (it has " +
