@@ -457,6 +457,39 @@ TEST_CASE("experts: a tensor claiming 2^40 experts costs memory in the lists, no
   CHECK_THAT(refused.status().message(), Catch::Contains("expert 7 twice"));
 }
 
+TEST_CASE("experts: compute_rank gives one engine rank's reads of compute, alone", "[sharding][experts]") {
+  ExpertSetup setup;
+  setup.source.ranks.push_back(setup.source.ranks[0]);  // replicas: chosen by engine rank
+  setup.target = setup.moe.target(shuffled_map(16, 4, 3));
+  const RoutingPlan all = compute(setup.source, setup.target);
+  for (std::size_t g = 0; g < 4; ++g) {
+    auto one = RoutingPlan::compute_rank(setup.source, setup.target, g);
+    REQUIRE(one.ok());
+    CHECK(one->engine_ranks() == 4);
+    CHECK(one->trainer_ranks() == 3);
+    for (std::size_t h = 0; h < 4; ++h) {
+      for (std::size_t r = 0; r < 3; ++r) {
+        const auto& got = one->reads(h, r);
+        if (h != g) {
+          CHECK(got.empty());
+          continue;
+        }
+        const auto& want = all.reads(g, r);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          CHECK((got[i].source == want[i].source && got[i].offset == want[i].offset &&
+                 got[i].length == want[i].length && got[i].count == want[i].count &&
+                 got[i].stride == want[i].stride && got[i].dest == want[i].dest &&
+                 got[i].dest_offset == want[i].dest_offset && got[i].dest_stride == want[i].dest_stride));
+        }
+      }
+    }
+  }
+  auto refused = RoutingPlan::compute_rank(setup.source, setup.target, 4);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
+}
+
 TEST_CASE("experts: equal runs on two trainer ranks are replicas", "[sharding][experts]") {
   ExpertSetup setup;
   setup.source.ranks.push_back(setup.source.ranks[0]);  // rank 2: a data-parallel copy of rank 0
@@ -522,7 +555,7 @@ TEST_CASE("experts: re-plan 256 experts x 60 layers over 8 trainer x 16 engine r
   ExpertMap scattered{256, std::vector<Experts>(4)};  // trainer EP rank k holds experts k, k + 4, ...
   for (std::int64_t e = 0; e < 256; ++e) scattered.ranks[static_cast<std::size_t>(e % 4)].push_back(e);
   const ShardedSource scattered_source = moe.source(scattered, 2);
-  Timing lists, baseline, scattered_trainer, bind;
+  Timing lists, baseline, scattered_trainer, bind, one_rank;
   const auto time_plan = [](const ShardedSource& s, const ShardedTarget& t, Timing* timing) {
     const auto start = std::chrono::steady_clock::now();
     auto plan = RoutingPlan::compute(s, t);
@@ -537,6 +570,14 @@ TEST_CASE("experts: re-plan 256 experts x 60 layers over 8 trainer x 16 engine r
     const RoutingPlan plan = time_plan(source, target, &lists);
     time_plan(source, one_piece_per_expert(target), &baseline);
     time_plan(scattered_source, target, &scattered_trainer);
+    {
+      const auto start = std::chrono::steady_clock::now();
+      auto mine = RoutingPlan::compute_rank(source, target, run % 16);
+      one_rank.ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      REQUIRE(mine.ok());
+      one_rank.reads = mine->read_count();
+    }
     std::vector<std::uint8_t> base(1);
     std::unordered_map<std::string, void*> buffers;
     for (const auto& dest : target.ranks[0]) buffers[dest.name] = base.data();
@@ -559,5 +600,6 @@ TEST_CASE("experts: re-plan 256 experts x 60 layers over 8 trainer x 16 engine r
   print_timing("compute, one piece per expert (baseline)", baseline);
   print_timing("compute, trainer holding scattered experts", scattered_trainer);
   print_timing("bind of all 16 engine ranks", bind);
+  print_timing("compute_rank: one engine rank's plan alone", one_rank);
   CHECK(median_of(lists.ms) < 50.0);
 }

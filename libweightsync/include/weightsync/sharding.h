@@ -151,6 +151,12 @@ struct PlannedRead {
 class RoutingPlan {
  public:
   static Result<RoutingPlan> compute(const ShardedSource& source, const ShardedTarget& target);
+  // Only engine rank g's reads, the same as compute()'s for g (replicas are
+  // still chosen by g): what one engine rank needs when it (re-)plans alone,
+  // about 1/G of the work. The other ranks' read lists are empty and their
+  // destinations are not validated. kInvalidArgument if g is not in target.
+  static Result<RoutingPlan> compute_rank(const ShardedSource& source, const ShardedTarget& target,
+                                          std::size_t engine_rank);
 
   std::size_t trainer_ranks() const noexcept { return trainer_ranks_; }
   std::size_t engine_ranks() const noexcept { return reads_.size(); }
@@ -171,6 +177,8 @@ class RoutingPlan {
                                         MemoryKind kind = MemoryKind::kHost) const;
 
  private:
+  static Result<RoutingPlan> plan(const ShardedSource& source, const ShardedTarget& target, std::size_t first,
+                                  std::size_t last);
   std::size_t trainer_ranks_ = 0;
   std::vector<std::vector<std::vector<PlannedRead>>> reads_;  // [g][r]
 };

@@ -310,21 +310,39 @@ Status plan_engine_rank(const std::vector<DestinationTensor>& tensors, std::size
 
 }  // namespace
 
-Result<RoutingPlan> RoutingPlan::compute(const ShardedSource& source, const ShardedTarget& target) try {
+Result<RoutingPlan> RoutingPlan::plan(const ShardedSource& source, const ShardedTarget& target,
+                                      std::size_t first, std::size_t last) {
   auto index = detail::ShardIndex::build(source);
   if (!index.ok()) return index.status();
   RoutingPlan plan;
   plan.trainer_ranks_ = source.ranks.size();
   plan.reads_.resize(target.ranks.size());
+  for (auto& rank : plan.reads_) rank.resize(plan.trainer_ranks_);  // empty lists for ranks not planned
   RouteScratch scratch;
   scratch.by_rank.resize(plan.trainer_ranks_);
-  for (std::size_t g = 0; g < target.ranks.size(); ++g) {
+  for (std::size_t g = first; g < last; ++g) {
     Status planned = plan_engine_rank(target.ranks[g], g, *index, &scratch, &plan.reads_[g]);
     if (!planned.ok()) return planned;
   }
   return plan;
+}
+
+Result<RoutingPlan> RoutingPlan::compute(const ShardedSource& source, const ShardedTarget& target) try {
+  return plan(source, target, 0, target.ranks.size());
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("RoutingPlan::compute: ") + e.what());
+}
+
+Result<RoutingPlan> RoutingPlan::compute_rank(const ShardedSource& source, const ShardedTarget& target,
+                                              std::size_t engine_rank) try {
+  if (engine_rank >= target.ranks.size()) {
+    return invalid("compute_rank: engine rank " + std::to_string(engine_rank) +
+                   " does not exist (the target has " + std::to_string(target.ranks.size()) +
+                   " engine ranks)");
+  }
+  return plan(source, target, engine_rank, engine_rank + 1);
+} catch (const std::exception& e) {
+  return Status(ErrorCode::kInternal, std::string("RoutingPlan::compute_rank: ") + e.what());
 }
 
 const std::vector<PlannedRead>& RoutingPlan::reads(std::size_t engine_rank, std::size_t trainer_rank) const {
