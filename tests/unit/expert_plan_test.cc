@@ -274,7 +274,8 @@ TEST_CASE("experts: ExpertMap::contiguous and rank_layout of an expert shard", "
   const ExpertMap map = ExpertMap::contiguous(8, 4);
   CHECK(map.experts == 8);
   CHECK(map.ranks == std::vector<Experts>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
-  CHECK(ExpertMap::contiguous(8, 3).ranks == std::vector<Experts>(3));  // 3 does not divide 8
+  CHECK(ExpertMap::contiguous(8, 3).ranks == std::vector<Experts>{{0, 1, 2}, {3, 4, 5}, {6, 7}});
+  CHECK(ExpertMap::contiguous(2, 3).ranks == std::vector<Experts>{{0}, {1}, {}});
   Moe moe;
   const ShardedSource source = moe.source(ExpertMap{16, {{5, 1, 9}}}, 2);
   auto layout = source.rank_layout(1);

@@ -76,8 +76,12 @@ struct ExpertMap {
   std::int64_t experts = 0;                      // E: experts per expert tensor
   std::vector<std::vector<std::int64_t>> ranks;  // ranks[r]: global ids in local order
 
-  // Rank r holds experts [r * E / R, (r + 1) * E / R) in order (Megatron's EP
-  // layout); E % R must be 0, else the ranks are left empty.
+  // Rank r holds the r-th of R contiguous runs of experts, in order
+  // (Megatron's EP layout: [r * E / R, (r + 1) * E / R) when R divides E; else
+  // the first E % R ranks hold one more). With R > E some ranks hold none:
+  // give such a rank no shard of the tensor (an empty `experts` list means
+  // "not an expert shard": the box alone, all experts). Like any function
+  // returning a container, it may let std::bad_alloc through (E in the billions).
   static ExpertMap contiguous(std::int64_t experts, std::size_t ranks);
 };
 

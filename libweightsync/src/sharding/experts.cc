@@ -10,12 +10,16 @@ ExpertMap ExpertMap::contiguous(std::int64_t experts, std::size_t ranks) {
   ExpertMap map;
   map.experts = experts;
   map.ranks.resize(ranks);
-  if (ranks == 0 || experts <= 0 || experts % static_cast<std::int64_t>(ranks) != 0) return map;
-  const std::int64_t per_rank = experts / static_cast<std::int64_t>(ranks);
-  for (std::size_t r = 0; r < ranks; ++r) {
-    map.ranks[r].reserve(static_cast<std::size_t>(per_rank));
-    for (std::int64_t i = 0; i < per_rank; ++i)
-      map.ranks[r].push_back(static_cast<std::int64_t>(r) * per_rank + i);
+  if (ranks == 0 || experts <= 0) return map;
+  // Rank r starts at r * q + min(r, E % R): the first E % R ranks hold one more.
+  const auto n = static_cast<std::int64_t>(ranks);
+  const std::int64_t q = experts / n, rem = experts % n;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const std::int64_t first = r * q + std::min(r, rem);
+    const std::int64_t count = q + (r < rem ? 1 : 0);
+    auto& list = map.ranks[static_cast<std::size_t>(r)];
+    list.reserve(static_cast<std::size_t>(count));
+    for (std::int64_t e = first; e < first + count; ++e) list.push_back(e);
   }
   return map;
 }
