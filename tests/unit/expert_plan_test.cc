@@ -322,6 +322,22 @@ TEST_CASE("experts: trainer ranks holding scattered experts in their own order",
   }
 }
 
+TEST_CASE("experts: an expert dimension that is not the outermost", "[sharding][experts]") {
+  // [layers, experts, rows]: the experts along dim 1, scattered on 2 trainer ranks,
+  // the second also split by rows (TP 2 inside each expert on ranks 1 and 2).
+  const Shape shape{3, 16, 6};
+  ShardedSource source{{{"w", DType::kInt32, shape}}, {}};
+  source.ranks.push_back({{"w", "w", Box::whole(), {15, 0, 2, 4, 6, 8, 10, 12}, 1}});
+  source.ranks.push_back({{"w", "w", Box::split(shape, 2, 2, 0), {13, 11, 9, 7, 5, 3, 1, 14}, 1}});
+  source.ranks.push_back({{"w", "w", Box::split(shape, 2, 2, 1), {13, 11, 9, 7, 5, 3, 1, 14}, 1}});
+  ShardedTarget target;
+  const ExpertMap engine = shuffled_map(16, 2, 9);
+  for (const Experts& local : engine.ranks) {
+    target.ranks.push_back({{"w", DType::kInt32, {3, 8, 6}, {{"w", Box::whole(), {0, 0, 0}, local, 1}}}});
+  }
+  check_every_element(source, target, compute(source, target));
+}
+
 TEST_CASE("experts: a run of consecutive experts is one strided read per trainer shard",
           "[sharding][experts]") {
   Moe moe;

@@ -217,7 +217,7 @@ void describe_copy(const DestinationTensor& dest, const ResolvedPiece& piece, co
   copy->rank = common.rank;
   copy->element_bytes = dtype_size(dest.dtype);
   for (std::size_t d = 0; d < common.rank; ++d) {
-    copy->src_shape[d] = (*holder.local_shape)[d];
+    copy->src_shape[d] = holder.local_shape != nullptr ? (*holder.local_shape)[d] : shard.size[d];
     copy->src_start[d] = holder.local_at(d) + common.start[d] - shard.start[d];
     copy->dest_shape[d] = dest.shape[d];
     copy->dest_start[d] = piece.at[d] + common.start[d] - piece.box.start[d];

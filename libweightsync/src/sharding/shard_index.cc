@@ -73,9 +73,7 @@ Status add_shard(const TrainerShard& shard, std::size_t rank, std::size_t positi
   added.holder = ShardHolder{rank, position, &shard.local_name, nullptr, 0, 0};
   Status valid = resolve_box(shard.box, global.shape, &added.box);
   if (!valid.ok()) return invalid(shard_what(rank, shard) + " " + valid.message());
-  local_shapes->push_back(added.box.size);
-  added.holder.local_shape = &local_shapes->back();
-  if (shard.experts.empty()) {
+  if (shard.experts.empty()) {  // the local tensor is the box
     pending->boxes.push_back(added);
     return Status();
   }
@@ -83,7 +81,9 @@ Status add_shard(const TrainerShard& shard, std::size_t rank, std::size_t positi
   if (!valid.ok()) return invalid(shard_what(rank, shard) + " " + valid.message());
   if (!pending->has_expert_dim) pending->entry->key_dim = shard.expert_dim;
   pending->has_expert_dim = true;
+  local_shapes->push_back(added.box.size);
   local_shapes->back()[shard.expert_dim] = static_cast<std::int64_t>(shard.experts.size());
+  added.holder.local_shape = &local_shapes->back();
   added.holder.expert_dim = shard.expert_dim;
   expert_runs(shard.experts, runs);
   const ResolvedBox whole = added.box;
@@ -171,27 +171,28 @@ const IndexedTensor* ShardIndex::find(std::string_view name) const {
 
 Result<ShardIndex> ShardIndex::build(const ShardedSource& source) {
   ShardIndex index;
-  std::unordered_map<std::string_view, PendingTensor> pending;
+  std::vector<PendingTensor> pending;  // by position in source.tensors
   index.tensors_.reserve(source.tensors.size());
   pending.reserve(source.tensors.size());
   for (const auto& tensor : source.tensors) {
     if (tensor.name.empty()) return invalid("a global tensor has an empty name; name every tensor");
     Status valid = check_tensor(tensor.dtype, tensor.shape);
     if (!valid.ok()) return invalid("global tensor '" + tensor.name + "' " + valid.message());
-    auto [it, added] = index.tensors_.emplace(tensor.name, IndexedTensor{&tensor, {}, {}, 0, 0});
+    auto [it, added] =
+        index.tensors_.emplace(tensor.name, IndexedTensor{&tensor, pending.size(), {}, {}, 0, 0});
     if (!added) {
       return invalid("global tensor '" + tensor.name +
                      "' is listed twice in ShardedSource::tensors; list each once");
     }
-    pending.emplace(tensor.name, PendingTensor{&it->second, {}, false});
+    pending.push_back(PendingTensor{&it->second, {}, false});
   }
   std::vector<ExpertRun> runs;
   for (std::size_t rank = 0; rank < source.ranks.size(); ++rank) {
     NameSet local_names(source.ranks[rank].size());
     for (std::size_t position = 0; position < source.ranks[rank].size(); ++position) {
       const TrainerShard& shard = source.ranks[rank][position];
-      auto entry = pending.find(shard.tensor);
-      if (entry == pending.end()) {
+      auto entry = index.tensors_.find(shard.tensor);
+      if (entry == index.tensors_.end()) {
         return invalid(shard_what(rank, shard) + " names an unknown global tensor; add '" + shard.tensor +
                        "' to ShardedSource::tensors");
       }
@@ -203,12 +204,13 @@ Result<ShardIndex> ShardIndex::build(const ShardedSource& source) {
             shard_what(rank, shard) +
             " reuses the local name of another shard of that rank; give each a distinct local_name");
       }
-      Status added = add_shard(shard, rank, position, &entry->second, &index.local_shapes_, &runs);
+      Status added =
+          add_shard(shard, rank, position, &pending[entry->second.position], &index.local_shapes_, &runs);
       if (!added.ok()) return added;
     }
   }
-  for (const auto& tensor : source.tensors) {  // in the source's order: the first error is deterministic
-    Status finished = finish_tensor(&pending.at(tensor.name));
+  for (PendingTensor& tensor : pending) {  // in the source's order: the first error is deterministic
+    Status finished = finish_tensor(&tensor);
     if (!finished.ok()) return finished;
   }
   return index;

@@ -33,7 +33,7 @@ struct ShardHolder {
   std::size_t rank = 0;
   std::size_t position = 0;
   const std::string* local_name = nullptr;
-  const Dims* local_shape = nullptr;  // owned by the ShardIndex
+  const Dims* local_shape = nullptr;  // owned by the ShardIndex; null: the group's box size
   std::size_t expert_dim = 0;
   std::int64_t local_offset = 0;
 
@@ -54,6 +54,7 @@ struct ShardGroup {
 
 struct IndexedTensor {
   const GlobalTensor* tensor = nullptr;
+  std::size_t position = 0;          // in ShardedSource::tensors
   std::vector<ShardGroup> groups;    // pairwise disjoint, sorted by start along key_dim
   std::vector<std::int64_t> starts;  // groups[i].box.start[key_dim], for the binary search
   std::size_t key_dim = 0;
@@ -77,7 +78,7 @@ class ShardIndex {
  private:
   // Keys view the names in ShardedSource::tensors.
   std::unordered_map<std::string_view, IndexedTensor> tensors_;
-  std::deque<Dims> local_shapes_;  // one per trainer shard; holders point here
+  std::deque<Dims> local_shapes_;  // one per expert shard; holders point here
 };
 
 }  // namespace weightsync::detail
