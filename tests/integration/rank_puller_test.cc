@@ -160,7 +160,7 @@ struct Trainer {
   std::vector<std::unique_ptr<Publisher>> publishers;
   std::vector<std::string> addresses;
 
-  Trainer() {
+  explicit Trainer(ShardedSource published = moe_source()) : source(std::move(published)) {
     for (std::size_t r = 0; r < source.ranks.size(); ++r) {
       PublisherOptions options;
       options.checksum = true;
@@ -300,4 +300,21 @@ TEST_CASE("rank puller: plans that do not fit the buffers or the group are refus
   REQUIRE(pulled.ok());
   CHECK(pulled->plan == 1);
   CHECK(wrong_elements(trainer.source, moe_target(map).ranks[0], buffers.data, 1) == 0);
+}
+
+TEST_CASE("rank puller: a trainer rank publishing fewer experts than the plan reads is refused",
+          "[rank-puller]") {
+  // Trainer rank 1 publishes experts 8..11 only (a smaller layout, by mistake or
+  // on purpose); the engine planned for 8..15.
+  ShardedSource published = moe_source();
+  for (auto& shard : published.ranks[1]) shard.experts = {8, 9, 10, 11};
+  Trainer trainer(published);
+  const ExpertMap map = ExpertMap::contiguous(kExperts, 2);
+  EngineBuffers buffers(moe_target(map).ranks[1]);
+  auto group = SubscriberGroup::connect(trainer.addresses, quick_options(5000, "tcp"));
+  REQUIRE(group.ok());
+  auto puller = RankPuller::create(std::move(*group), 1, buffers.entries, plan_for(moe_source(), map));
+  REQUIRE_FALSE(puller.ok());
+  INFO(puller.status().to_string());
+  CHECK(puller.status().code() == ErrorCode::kInvalidArgument);
 }
