@@ -17,6 +17,7 @@ signatures); ``test_defined_against`` records which.
 """
 
 import copy
+import ctypes
 import importlib
 
 import pytest
@@ -190,6 +191,44 @@ def test_checkpoint_mode_in_vllm_order_two_replicas(torch, mods, vt, transport):
             w.shutdown()
 
 
+def test_layout_is_in_layer_order_and_out_of_order_sources_are_refused(torch, mods, vt):
+    """A trainer whose parameters come out of layer order (lm_head first, layer 1 before 0):
+    the publisher's layout is in layer order (vLLM's layerwise_groups, flattened), and
+    iterating such a source raises before anything is published, as vLLM's default
+    WeightSource.iter_groups does (iteration must follow the per-layer groups)."""
+    TinyLM, FusedEngineLM, _ = mods
+    source_model = TinyLM()
+    nn = torch.nn
+
+    class Shuffled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm_head = source_model.lm_head
+            self.layers = nn.ModuleDict({"1": source_model.layers[1], "0": source_model.layers[0]})
+            self.embed_tokens = source_model.embed_tokens
+            self.norm = source_model.norm
+
+    trainer = Shuffled()
+    declared = [n for n, _ in trainer.named_parameters()]
+    names = list(vt.layer_ordered_layout(vt.ModuleSource(trainer).metadata()).names)
+    assert sorted(names) == sorted(declared) and names != declared
+    layers = [layer_of(n) for n in names]
+    indexed = [x for x in layers if x is not None]
+    assert indexed == sorted(indexed)
+    first, last = layers.index(0), len(layers) - 1 - layers[::-1].index(1)
+    assert None not in layers[first:last + 1]  # each layer's tensors contiguous, layer 0 first
+    worker = VllmWorker(FusedEngineLM())
+    client = WorkerClient(worker)
+    eng = trainer_engine(vt, trainer, client)
+    try:
+        with pytest.raises(RuntimeError, match="order"):
+            eng.send_weights()
+        assert eng.publisher.latest_version == 0 and client.calls == ["init"]
+    finally:
+        eng.shutdown()
+        worker.shutdown()
+
+
 def test_in_place_mode_scatters_into_the_same_memory(torch, mods, vt):
     TinyLM, _, InPlaceLM = mods
     trainer, engine = TinyLM(), InPlaceLM()
@@ -239,6 +278,62 @@ def test_publisher_gone_raises_and_the_previous_weights_serve(torch, mods, vt, t
     with pytest.raises(RuntimeError):  # the session ended with the failure, as in vLLM's worker
         worker.finish_weight_update()
     worker.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["checkpoint", "in_place"])
+def test_a_version_failing_its_checksum_after_the_transfer_is_never_installed(torch, ws, mods, mode):
+    """The bytes arrive, then the whole-version checksum fails: the pull raises after the
+    transfer, and the model still holds the previous version (the network wrote staging only)."""
+    TinyLM, FusedEngineLM, InPlaceLM = mods
+    trainer = TinyLM()
+    engine = InPlaceLM() if mode == "in_place" else FusedEngineLM()
+    pub = ws.Publisher(ws.Layout.from_state_dict(trainer.state_dict()), bind="127.0.0.1", checksum=True)
+    worker = VllmWorker(engine)
+    try:
+        sd = train_step(torch, trainer)
+        pub.publish(trainer.state_dict(), 1)
+        worker.init_weight_transfer_engine({"address": pub.address, "mode": mode})
+        worker.start_weight_update()
+        worker.update_weights({"version": 1})
+        worker.finish_weight_update()
+        before = snapshot(engine)
+        train_step(torch, trainer)
+        with pub.writing(2) as slot:
+            slot.copy_from(trainer.state_dict())
+            address, size = slot._core.address, slot._core.size
+        ctypes.memset(address, 0x5A, size)  # scribbled over after the commit
+        worker.start_weight_update()
+        with pytest.raises(ws.ChecksumMismatch):
+            worker.update_weights({"version": 2, "wait_seconds": 2})
+        assert_same(torch, engine, before)
+        assert worker.engine.version == 1
+        if mode == "checkpoint":
+            assert_fused_equal(torch, engine, sd)
+    finally:
+        worker.shutdown()
+        pub.close()
+
+
+def test_staging_forgets_a_failed_pull(torch, ws, mods):
+    """After a failed pull the staging buffer holds no version: nothing can be installed from it."""
+    from weightsync._staging import StagingReceiver
+
+    trainer = mods[0]()
+    pub = ws.Publisher(ws.Layout.from_state_dict(trainer.state_dict()), bind="127.0.0.1")
+    receiver = StagingReceiver(pub.address)
+    try:
+        pub.publish(trainer.state_dict(), 1)
+        assert receiver.pull(None, 2) == 1 and receiver.staged_version == 1
+        with pytest.raises(ws.NotReady):
+            receiver.pull(5, 0.1)
+        assert receiver.staged_version == 0
+        with pytest.raises(ws.InvalidArgument):
+            receiver.feed(lambda weights: None)
+        with pytest.raises(ws.InvalidArgument):
+            receiver.scatter(trainer)
+    finally:
+        receiver.close()
+        pub.close()
 
 
 def test_version_never_published_raises_not_ready_and_touches_nothing(torch, ws, mods, vt):
@@ -589,6 +684,7 @@ def test_sglang_loader_wrong_secret_fails_and_in_place_works(torch, ws, mods):
     [("weightsync.address", "u8:h:1"), ("weightsync.wait_ms", "i64:99999999999")],
     [("weightsync.address", "f32:1")],
     [("weightsync.address", "bytes:\xff\xfe")],
+    [("weightsync.address", "u8:127.0.0.1:1"), ("model.embed_tokens.weight", "i64:1")],
 ])
 def test_sglang_loader_refuses_hostile_requests(torch, mods, bad):
     from weightsync import sglang_loader
