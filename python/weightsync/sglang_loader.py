@@ -29,7 +29,7 @@ calls a loader from the scheduler thread; one call at a time per process.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ._staging import StagingReceiver, check_version, check_wait
 
@@ -45,20 +45,35 @@ _receivers: "weakref.WeakKeyDictionary[Any, Tuple[str, Optional[str], StagingRec
     weakref.WeakKeyDictionary()
 
 
-def request(address: str, version: Optional[int] = None, *, wait: float = DEFAULT_WAIT_SECONDS,
-            secret: Optional[str] = None, in_place: bool = False) -> List[Tuple[str, Any]]:
+def _text(value: Any, what: str) -> bytes:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string")
+    data = value.encode()
+    if len(data) > MAX_TEXT_BYTES:
+        raise ValueError(f"{what} is over {MAX_TEXT_BYTES} bytes")
+    return data
+
+
+def request(address: Union[str, Sequence[str]], version: Optional[int] = None, *,
+            wait: float = DEFAULT_WAIT_SECONDS, secret: Optional[str] = None,
+            in_place: bool = False) -> List[Tuple[str, Any]]:
     """The ``named_tensors`` of an update_weights_from_tensor call that makes :func:`load`
-    install ``version`` (None: the newest) from the publisher at ``address``."""
+    install ``version`` (None: the newest) from the publisher at ``address`` (or the
+    first of a list that connects: a trainer and its relays). ValueError on bad input."""
     import torch
 
+    if not isinstance(address, str):
+        if not isinstance(address, (list, tuple)) or not all(isinstance(a, str) and a for a in address):
+            raise ValueError("address must be 'host:port' or a list of them")
+        address = ",".join(address)
     check_version(version, "version")
     wait = check_wait(wait, "wait")
-    out = [(ADDRESS, torch.tensor(list(address.encode()), dtype=torch.uint8)),
+    out = [(ADDRESS, torch.tensor(list(_text(address, "address")), dtype=torch.uint8)),
            (WAIT, torch.tensor([int(wait * 1000)], dtype=torch.int64))]
     if version is not None:
         out.append((VERSION, torch.tensor([version], dtype=torch.int64)))
     if secret is not None:
-        out.append((SECRET, torch.tensor(list(secret.encode()), dtype=torch.uint8)))
+        out.append((SECRET, torch.tensor(list(_text(secret, "secret")), dtype=torch.uint8)))
     if in_place:
         out.append((IN_PLACE, torch.tensor([1], dtype=torch.uint8)))
     return out

@@ -709,6 +709,24 @@ def test_sglang_loader_refuses_hostile_requests(torch, mods, bad):
     assert_same(torch, engine, before)
 
 
+@pytest.mark.parametrize("args", [dict(address=""), dict(address=5), dict(address=["h:1", ""]),
+                                  dict(address="h" * 5000), dict(address="h:1", version=0),
+                                  dict(address="h:1", wait=-1), dict(address="h:1", secret="")])
+def test_sglang_request_refuses_bad_arguments(torch, args):
+    from weightsync import sglang_loader
+
+    with pytest.raises(ValueError):
+        sglang_loader.request(**args)
+
+
+def test_sglang_request_round_trips_through_the_loader_parse(torch):
+    from weightsync import sglang_loader
+
+    parsed = sglang_loader._parse(sglang_loader.request(["a:1", "b:2"], version=7, wait=1.5, secret="s",
+                                                        in_place=True))
+    assert parsed == {"address": "a:1,b:2", "secret": "s", "version": 7, "wait": 1.5, "in_place": True}
+
+
 def test_cuda_in_place_and_checkpoint_drain_before_returning(torch, mods, vt):
     """On a GPU: the update has landed in the CUDA parameters when update_weights returns."""
     if not torch.cuda.is_available():
