@@ -473,6 +473,56 @@ def test_layerwise_reload_begins_only_after_a_whole_pull(torch, mods, vt, monkey
         worker.shutdown()
 
 
+def test_a_non_sender_rank_iterates_and_touches_nothing(torch, mods, vt):
+    """Trainer ranks other than 0 drive the source's iteration (the collectives) but make no
+    publisher and never call the client."""
+    TinyLM = mods[0]
+    seen = []
+
+    class CountingSource(vt.ModuleSource):
+        def __iter__(self):
+            for name, tensor in super().__iter__():
+                seen.append(name)
+                yield name, tensor
+
+    client = WorkerClient(None)
+    eng = vt.WeightsyncTrainerEngine.trainer_init(vt.WeightsyncTrainerInitInfo(rank=1), client=client,
+                                                  source=CountingSource(TinyLM()))
+    assert eng.publisher is None and not eng.is_sender
+    eng.send_weights()
+    eng.send_weights()
+    assert client.calls == [] and eng.version == 2
+    assert len(seen) == 2 * len(list(TinyLM().parameters()))
+
+
+def test_worker_init_refuses_a_model_that_does_not_fit_its_mode(torch, ws, mods, vt):
+    TinyLM, FusedEngineLM, _ = mods
+    pub = ws.Publisher(ws.Layout.from_state_dict(TinyLM().state_dict()), bind="127.0.0.1")
+    try:
+        with pytest.raises(ws.InvalidArgument, match="in-place"):  # fused names are not the trainer's
+            VllmWorker(FusedEngineLM()).init_weight_transfer_engine({"address": pub.address, "mode": "in_place"})
+        plain = torch.nn.Linear(2, 2)
+        with pytest.raises(ValueError, match="load_weights"):
+            VllmWorker(plain).init_weight_transfer_engine({"address": pub.address})
+    finally:
+        pub.close()
+
+
+def test_older_static_trainer_send_weights_publishes_a_version(torch, ws, mods):
+    from weightsync.vllm_backend import WeightsyncWeightTransferEngine
+
+    trainer = mods[0]()
+    pub = ws.Publisher(ws.Layout.from_state_dict(trainer.state_dict()), bind="127.0.0.1")
+    try:
+        WeightsyncWeightTransferEngine.trainer_send_weights(iter(trainer.state_dict().items()),
+                                                            {"publisher": pub, "version": 4})
+        assert pub.latest_version == 4
+        with pytest.raises(ValueError):
+            WeightsyncWeightTransferEngine.trainer_send_weights(iter([]), {"version": 5})
+    finally:
+        pub.close()
+
+
 class LyingSource:
     """A WeightSource whose iteration breaks its metadata() (the trainer side's attack surface)."""
 
