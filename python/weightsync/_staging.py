@@ -29,6 +29,7 @@ import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import errors
+from ._tensors import layout_views
 from ._vllm_standin import layerwise_groups
 from .subscriber import Subscriber
 
@@ -77,12 +78,7 @@ class StagingReceiver:
             layout = self.subscriber.layout
             self.buffer = torch.empty(layout.total_bytes, dtype=torch.uint8, pin_memory=pin_memory)
             self._binding = self.subscriber.bind(self.buffer)
-            views: Dict[str, Any] = {}
-            for info in layout:
-                dtype = getattr(torch, info.dtype, None)
-                if not isinstance(dtype, torch.dtype):
-                    raise _bad(f"'{info.name}' is {info.dtype}, which this torch does not have")
-                views[info.name] = self.buffer[info.offset:info.offset + info.nbytes].view(dtype).view(info.shape)
+            views = layout_views(layout, self.buffer)
         except BaseException:
             self.subscriber.close()
             raise
