@@ -223,6 +223,10 @@ TEST_CASE("fp8 hostile publisher: a scale of the wrong shape, a missing scale or
   const Status twice = check_fp8_pair(build({{"w", e4, {130, 20}}, {"w_scale_inv", f32, {2, 1}}}), wide2);
   CHECK(twice.code() == ErrorCode::kInvalidArgument);
   CHECK_THAT(twice.message(), Catch::Contains("used twice"));
+  const WeightLayout wide3 = build({{"w_scale_inv", f32, {2, 1}}, {"w", f32, {130, 20}}});  // the other order
+  const Status twice3 = check_fp8_pair(build({{"w", e4, {130, 20}}, {"w_scale_inv", f32, {2, 1}}}), wide3);
+  CHECK(twice3.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(twice3.message(), Catch::Contains("used twice"));
   // check_fp8_scales on its own sees a missing scale too (an fp8 engine calls only it).
   const WeightLayout lone = build({{"w", e4, {130, 20}}});
   std::vector<unsigned char> img(lone.total_bytes(), 0);
