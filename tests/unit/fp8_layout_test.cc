@@ -232,3 +232,65 @@ TEST_CASE("fp8 hostile publisher: a scale of the wrong shape, a missing scale or
   std::vector<unsigned char> img(lone.total_bytes(), 0);
   CHECK(check_fp8_scales(lone, img.data()).code() == ErrorCode::kInvalidArgument);
 }
+
+TEST_CASE("fp8 hostile publisher: 3000 randomly corrupted layouts and scales, each refused or dequantized safely",
+          "[fp8][hostile]") {
+  // Start from the true fp8 layout and change one to three things at random
+  // (a name, a dtype, a dimension, a tensor dropped or added, a scale value);
+  // every result is either refused with kInvalidArgument and nothing written,
+  // or accepted, in which case it dequantizes inside the buffers (valgrind
+  // and ASan builds see any stray access) into finite or NaN values only where
+  // the image has NaN codes.
+  const WeightLayout wide = model_layout();
+  const WeightLayout fp8 = fp8_layout(wide).value();
+  const auto src = random_image(wide, 13);
+  std::vector<unsigned char> good(fp8.total_bytes(), 0);
+  REQUIRE(quantize_image(wide, src.data(), fp8, good.data()).ok());
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3, DType::kInt8,
+                          DType::kInt64};
+  std::mt19937 rng(2024);
+  int refused = 0, accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<TensorSpec> specs;
+    for (const TensorEntry& t : fp8.tensors()) specs.push_back(t.spec);
+    const bool scale_only = rng() % 2 == 0;  // else 1 to 3 changes of the layout
+    const int changes = scale_only ? 0 : 1 + static_cast<int>(rng() % 3);
+    for (int c = 0; c < changes; ++c) {
+      TensorSpec& t = specs[rng() % specs.size()];
+      switch (rng() % 5) {
+        case 0: t.name += "x"; break;
+        case 1: t.dtype = dtypes[rng() % 6]; break;
+        case 2: t.shape[rng() % t.shape.size()] += 1 + static_cast<std::int64_t>(rng() % 200); break;
+        case 3: specs.erase(specs.begin() + static_cast<std::ptrdiff_t>(rng() % specs.size())); break;
+        default: specs.push_back({"extra" + std::to_string(c), DType::kFloat32, {3, 5}}); break;
+      }
+    }
+    auto layout = WeightLayout::build(specs, 8);
+    if (!layout.ok()) continue;  // the layout rules refuse it before any fp8 check
+    std::vector<unsigned char> image = scale_only ? good : std::vector<unsigned char>(layout->total_bytes(), 0);
+    if (scale_only) {  // one scale value of one scale tensor, hostile or not
+      std::vector<const TensorEntry*> scales;
+      for (const TensorEntry& e : layout->tensors())
+        if (e.spec.name.find("_scale_inv") != std::string::npos) scales.push_back(&e);
+      REQUIRE(scales.size() == 4);
+      const TensorEntry& t = *scales[rng() % scales.size()];
+      const float values[] = {std::numeric_limits<float>::quiet_NaN(), -1.0f, FLT_MAX, 1e-3f, 0.0f,
+                              std::numeric_limits<float>::infinity()};
+      const float v = values[rng() % 6];
+      std::memcpy(&image[t.offset + 4 * (rng() % (t.bytes / 4))], &v, 4);
+    }
+    std::vector<unsigned char> out(wide.total_bytes(), 0x5a);
+    const Status s = dequantize_image(*layout, image.data(), wide, out.data());
+    if (s.ok()) {
+      ++accepted;
+      CHECK(check_fp8_pair(*layout, wide).ok());
+      CHECK(check_fp8_scales(*layout, image.data()).ok());
+    } else {
+      ++refused;
+      CHECK(s.code() == ErrorCode::kInvalidArgument);
+      CHECK(std::all_of(out.begin(), out.end(), [](unsigned char b) { return b == 0x5a; }));
+    }
+  }
+  CHECK(refused > 1000);
+  CHECK(accepted > 300);  // the scale values that stay legal (1e-3, 0) on an intact layout
+}
