@@ -243,3 +243,23 @@ TEST_CASE("fp8: the largest finite element of a block quantizes to +-448 and com
     CHECK(std::fabs(back[i] - x[i]) <= std::max(std::fabs(x[i]) / 16.0f, std::ldexp(scale, -10)) * 1.0001f);
   }
 }
+
+TEST_CASE("fp8: stacked experts [E, out, in] with out a multiple of 128 get each expert's own blocks and scales",
+          "[fp8]") {
+  const std::int64_t experts = 3, out = 256, in = 200;
+  std::vector<float> x(static_cast<std::size_t>(experts * out * in));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = dist(rng) * static_cast<float>(1 + i / (out * in));  // per-expert range
+  const std::size_t per_scales = static_cast<std::size_t>((out / 128) * ((in + 127) / 128));
+  std::vector<std::uint8_t> q(x.size()), q_each(x.size());
+  std::vector<float> s(experts * per_scales), s_each(experts * per_scales);
+  quantize_blocks_e4m3(x.data(), experts * out, in, q.data(), s.data());  // what the layout does: leading dims flattened
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const std::size_t at = static_cast<std::size_t>(e * out * in);
+    quantize_blocks_e4m3(x.data() + at, out, in, q_each.data() + at, s_each.data() + e * per_scales);
+  }
+  CHECK(q == q_each);
+  CHECK(s == s_each);
+  CHECK(fp8_scale_shape({experts, out, in}) == std::vector<std::int64_t>{experts * out / 128, 2});
+}

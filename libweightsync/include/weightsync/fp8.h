@@ -16,7 +16,10 @@
 //   of the leading dims, cols: the last dim), cut in kFp8BlockSize^2 blocks
 //   from the top left, the last row and column of blocks partial when the
 //   sizes are not multiples. Its scale tensor is float32 of shape
-//   [ceil(rows/128), ceil(cols/128)], row-major. For a block:
+//   [ceil(rows/128), ceil(cols/128)], row-major. A 3-D expert tensor
+//   [E, out, in] with out a multiple of 128 thus gets each expert's own
+//   blocks, its scales the bytes of a grouped [E, out/128, ceil(in/128)];
+//   with other `out` a block may span two experts. For a block:
 //   amax = the largest |x| over its finite elements; scale = amax / 448 (in
 //   float32) and q = float_to_e4m3(x / scale); a block with amax == 0 (all
 //   zeros, or only inf/NaN) gets scale 1. inf saturates to +-448, i.e.
