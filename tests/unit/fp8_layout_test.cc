@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "fp8/fp8_plan.h"
 #include "weightsync/fp8.h"
 
 using namespace weightsync;
@@ -293,4 +295,22 @@ TEST_CASE("fp8 hostile publisher: 3000 randomly corrupted layouts and scales, ea
   }
   CHECK(refused > 1000);
   CHECK(accepted > 300);  // the scale values that stay legal (1e-3, 0) on an intact layout
+}
+
+TEST_CASE("fp8 converter: a stop request ends the quantization before the next band or chunk", "[fp8]") {
+  // What the Fp8Publisher's destructor relies on to abandon a conversion promptly.
+  const WeightLayout wide = model_layout();
+  const WeightLayout fp8 = fp8_layout(wide).value();
+  auto plan = detail::make_fp8_plan(fp8, wide);
+  REQUIRE(plan.ok());
+  const auto src = random_image(wide, 3);
+  std::vector<unsigned char> out(fp8.total_bytes(), 0x5a);
+  std::atomic<bool> stop{true};
+  CHECK_FALSE(detail::run_quantize(plan.value(), src.data(), out.data(), &stop));
+  CHECK(std::all_of(out.begin(), out.end(), [](unsigned char b) { return b == 0x5a; }));
+  stop = false;
+  CHECK(detail::run_quantize(plan.value(), src.data(), out.data(), &stop));
+  std::vector<unsigned char> want(fp8.total_bytes(), 0x5a);
+  REQUIRE(quantize_image(wide, src.data(), fp8, want.data()).ok());
+  CHECK(out == want);
 }
