@@ -51,6 +51,10 @@
 #                             subscriber/subscriber_settings.h); staged
 #                             updates are a Subscriber pulling into buffers
 #                             it owns (subscriber/destination_plan.h).
+#   fp8                       e4m3 blocks in flight: Fp8Publisher is made of
+#                             narrow/'s ConvertingPublisher (its staging and
+#                             converter thread) and keeps some tensors in
+#                             bfloat16 with narrow.h's kernels.
 #
 # Public headers (libweightsync/include/weightsync/*.h) are vocabulary that any
 # folder may include, except those listed in `public_homes`: they belong to the
@@ -78,7 +82,7 @@ if(NOT INCLUDE)
 endif()
 get_filename_component(LIBROOT "${SRC}/.." ABSOLUTE)
 
-set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged")
+set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged < fp8")
 # Public headers that belong to an upper layer: header=folder ("-": none).
 set(public_homes
   "cuda.h=cuda"
@@ -87,6 +91,7 @@ set(public_homes
   "subscriber.h=subscriber"
   "subscriber_group.h=subscriber"
   "narrow.h=narrow"
+  "fp8.h=fp8"
   "sharding.h=sharding"
   "rank_puller.h=sharding"
   "relay.h=relay"

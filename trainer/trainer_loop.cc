@@ -17,6 +17,7 @@
 #include "loop/policy_weights.h"
 #include "rollout/eval_summary.h"
 #include "rollout/evaluation.h"
+#include "weightsync/fp8.h"
 #include "weightsync/narrow.h"
 #include "weightsync/publisher.h"
 
@@ -101,12 +102,18 @@ zorplex::Result<bool> TrainerLoop::start() {
           std::string("--wire-dtype ") + wire +
           " needs a host-resident policy (--device cpu): the conversion runs on the host, "
           "and the device publish path sends float32 (use --wire-dtype fp32 with --device cuda)"};
-    auto narrowing =
-        weightsync::NarrowingPublisher::create(layout.value(), options_.wire_dtype, options_.publisher);
-    if (!narrowing.ok())
-      return zorplex::Error{std::string("cannot start the ") + wire +
-                            " weight publisher: " + narrowing.status().message()};
-    narrowing_ = std::move(narrowing).value();
+    if (options_.wire_dtype == weightsync::DType::kFloat8E4M3) {
+      auto fp8 = weightsync::Fp8Publisher::create(layout.value(), {}, options_.publisher);
+      if (!fp8.ok()) return zorplex::Error{"cannot start the fp8 weight publisher: " + fp8.status().message()};
+      fp8_ = std::move(fp8).value();
+    } else {
+      auto narrowing =
+          weightsync::NarrowingPublisher::create(layout.value(), options_.wire_dtype, options_.publisher);
+      if (!narrowing.ok())
+        return zorplex::Error{std::string("cannot start the ") + wire +
+                              " weight publisher: " + narrowing.status().message()};
+      narrowing_ = std::move(narrowing).value();
+    }
   }
   weights_address_ = weights_publisher().address();
 
@@ -139,20 +146,22 @@ zorplex::Result<bool> TrainerLoop::write_address_file() const {
 }
 
 weightsync::Publisher& TrainerLoop::weights_publisher() {
+  if (fp8_) return fp8_->publisher();
   return narrowing_ ? narrowing_->publisher() : *publisher_;
 }
 
 zorplex::Result<bool> TrainerLoop::publish() {
-  if (narrowing_) return publish_narrow();
+  if (narrowing_ || fp8_) return publish_narrow();
   return model_.device().is_cuda() ? publish_device() : publish_host();
 }
 
 zorplex::Result<bool> TrainerLoop::publish_narrow() {
   const double start = loop::wall_clock_seconds();
-  auto handed = loop::publish_policy_narrow(*narrowing_, version_, model_);
+  auto handed = fp8_ ? loop::publish_policy_narrow(*fp8_, version_, model_)
+                     : loop::publish_policy_narrow(*narrowing_, version_, model_);
   if (!handed) return handed.error();
   const double end = loop::wall_clock_seconds();
-  const weightsync::NarrowingStats converter = narrowing_->stats();
+  const weightsync::NarrowingStats converter = fp8_ ? fp8_->stats() : narrowing_->stats();
   timeline_.span("publish", start, end,
                  {{"version", version_}, {"wire_dtype", loop::wire_dtype_name(options_.wire_dtype)}});
   metrics_->write({{"event", "publish"},
@@ -551,12 +560,12 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
   }
   auto flushed = flush_publish();
   if (!flushed) return flushed.error();
-  if (narrowing_) {
-    auto converted = narrowing_->flush();
+  if (narrowing_ || fp8_) {
+    auto converted = fp8_ ? fp8_->flush() : narrowing_->flush();
     if (!converted.ok())
       return zorplex::Error{"publishing version " + std::to_string(version_) + " in " +
                             loop::wire_dtype_name(options_.wire_dtype) + ": " + converted.status().message()};
-    const weightsync::NarrowingStats converter = narrowing_->stats();
+    const weightsync::NarrowingStats converter = fp8_ ? fp8_->stats() : narrowing_->stats();
     std::printf(
         "trainer: %s on the wire: %llu versions converted off this thread (%.1f ms each on average), "
         "%llu skipped\n",

@@ -77,6 +77,11 @@
 //   wire_dtype, handoff_seconds, replaced_version and the converter's
 //   counters so far; its xxh3 is that of the float32 master weights (the
 //   generators' digests are of the widened bfloat16/float16 weights).
+//   kFloat8E4M3 (--wire-dtype fp8) does the same through a
+//   weightsync::Fp8Publisher over the policy's fp8 layout (fp8_layout's
+//   default rule: the matrices in 128x128 e4m3 blocks with their
+//   "_scale_inv" scales, embeddings and 1-D tensors in bfloat16); generators
+//   dequantize it into their float32 parameters.
 // - Checkpoints (loop/rl_checkpoint.h) every checkpoint_every steps, at the
 //   end and when stopped; resume() continues from one.
 // - Errors: no trajectory for idle_timeout_s, a failed update or publish,
@@ -111,6 +116,7 @@
 namespace weightsync {
 class Publisher;
 class NarrowingPublisher;
+class Fp8Publisher;
 }  // namespace weightsync
 namespace channel {
 class GroupReceiver;
@@ -245,6 +251,7 @@ class TrainerLoop {
   algorithms::EnvironmentBuffers buffer_;                      // one queue per environment
   std::unique_ptr<weightsync::Publisher> publisher_;           // float32 on the wire
   std::unique_ptr<weightsync::NarrowingPublisher> narrowing_;  // or bfloat16 / float16
+  std::unique_ptr<weightsync::Fp8Publisher> fp8_;              // or fp8 e4m3 blocks + scales
   std::optional<PendingPublish> pending_publish_;
   std::unique_ptr<channel::GroupReceiver> receiver_;
   std::unique_ptr<loop::JsonlFile> metrics_;

@@ -6,7 +6,7 @@
 //           [--algorithm grpo|rloo|reinforce|decoupled] ...
 //   trainer --start DIR --out DIR --resume ...      continue from DIR's checkpoint
 //   trainer ... --device cuda                       the policy on the GPU (loop/device.h)
-//   trainer ... --wire-dtype bf16                   publish a bfloat16 image (float16: fp16)
+//   trainer ... --wire-dtype bf16                   publish a bfloat16 image (float16: fp16; fp8: e4m3 blocks)
 //   trainer ... --token-budget 4096 [--env-fractions compositional:easy=0.3,compositional:medium=0.7]
 //                                                   Marin's token-budget batcher (docs/rl_loop.md)
 //
@@ -204,8 +204,10 @@ int main(int argc, char** argv) try {
   app.add_option("--wire-dtype", wire_dtype,
                  "The dtype versions travel in: fp32 (as trained), or bf16 / fp16, rounded to nearest even "
                  "from the float32 weights once per version on a converter thread (not this one); "
-                 "generators widen it back to fp32 on arrival. bf16/fp16 need --device cpu")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+                 "generators widen it back to fp32 on arrival; or fp8: e4m3 in 128x128 blocks with float32 "
+                 "scales, embeddings and 1-D tensors in bf16, which generators dequantize. bf16/fp16/fp8 need "
+                 "--device cpu")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   CLI11_PARSE(app, argc, argv);
   auto device = loop::select_device(device_name);
   if (!device) return fail(device.error().message);

@@ -9,7 +9,7 @@ Python.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Tuple
+from typing import Any, Dict, Iterable, Iterator, Mapping, NamedTuple, Tuple
 
 from . import errors
 
@@ -73,3 +73,20 @@ def named_tensors(source: Any) -> Iterator[Tuple[str, Any]]:
     raise errors.InvalidArgument(
         f"a {type(source).__name__} is not a state_dict, an nn.Module or (name, tensor) pairs",
         "invalid_argument", "fix_call")
+
+
+def layout_views(layout: Any, base: Any) -> Dict[str, Any]:
+    """{name: tensor} in layout order: a typed torch view of each tensor of ``layout``
+    inside ``base``, a uint8 torch tensor of at least ``layout.total_bytes`` (a packed
+    buffer: what a pull writes). Raises InvalidArgument for a dtype this torch lacks."""
+    import torch
+
+    views: Dict[str, Any] = {}
+    for info in layout:
+        dtype = getattr(torch, info.dtype, None)
+        if not isinstance(dtype, torch.dtype):
+            raise errors.InvalidArgument(
+                f"'{info.name}' is {info.dtype}, which this torch ({torch.__version__}) does not have",
+                "invalid_argument", "fix_call")
+        views[info.name] = base[info.offset:info.offset + info.nbytes].view(dtype).view(info.shape)
+    return views

@@ -55,6 +55,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from . import errors
 from ._staged_engine import StagedPath, check_options
+from ._tensors import layout_views
 from .staged import InstallResult, StagedInstall, StagedUpdates
 from .subscriber import Binding, PullResult, Subscriber, run_cancellable, stale_binding
 
@@ -241,14 +242,7 @@ class EngineAdapter:
         layout = self.layout
         self._buffer = torch.empty(layout.total_bytes, dtype=torch.uint8, pin_memory=pin_memory)
         binding = self._subscriber.bind(self._buffer)
-        views = []
-        for info in layout:
-            dtype = getattr(torch, info.dtype, None)
-            if not isinstance(dtype, torch.dtype):
-                raise _bad(f"'{info.name}' is {info.dtype}, which this torch ({torch.__version__}) does not have")
-            raw = self._buffer[info.offset:info.offset + info.nbytes]
-            views.append((info.name, raw.view(dtype).view(info.shape)))
-        self._views = views
+        self._views = list(layout_views(layout, self._buffer).items())
         return binding
 
     # ---- what it is -----------------------------------------------------------

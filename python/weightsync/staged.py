@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from . import _weightsync, errors
+from ._tensors import layout_views
 from .layout import Layout
 from .subscriber import PullResult, Subscriber
 
@@ -286,11 +287,4 @@ def _typed_views(layout: Layout, memory: memoryview) -> Dict[str, Any]:
     """{name: tensor}: typed torch views of every tensor of ``layout`` in ``memory``."""
     import torch
 
-    base = torch.frombuffer(memory, dtype=torch.uint8)
-    views = {}
-    for info in layout:
-        dtype = getattr(torch, info.dtype, None)
-        if not isinstance(dtype, torch.dtype):
-            raise _bad(f"'{info.name}' is {info.dtype}, which this torch ({torch.__version__}) does not have")
-        views[info.name] = base[info.offset:info.offset + info.nbytes].view(dtype).view(info.shape)
-    return views
+    return layout_views(layout, torch.frombuffer(memory, dtype=torch.uint8))

@@ -22,6 +22,11 @@ zorplex::Result<weightsync::WeightLayout> policy_wire_layout(const policy::Model
                                                              weightsync::DType wire) {
   auto layout = policy_weight_layout(config);
   if (!layout || wire == weightsync::DType::kFloat32) return layout;
+  if (wire == weightsync::DType::kFloat8E4M3) {
+    auto fp8 = weightsync::fp8_layout(layout.value());
+    if (!fp8.ok()) return zorplex::Error{"policy weight layout: " + fp8.status().message()};
+    return std::move(fp8).value();
+  }
   auto narrow = weightsync::narrowed_layout(layout.value(), wire);
   if (!narrow.ok()) return zorplex::Error{"policy weight layout: " + narrow.status().message()};
   return std::move(narrow).value();
@@ -31,7 +36,8 @@ zorplex::Result<weightsync::DType> parse_wire_dtype(const std::string& name) {
   if (name == "fp32") return weightsync::DType::kFloat32;
   if (name == "bf16") return weightsync::DType::kBFloat16;
   if (name == "fp16") return weightsync::DType::kFloat16;
-  return zorplex::Error{"wire dtype '" + name + "': use fp32, bf16 or fp16"};
+  if (name == "fp8") return weightsync::DType::kFloat8E4M3;
+  return zorplex::Error{"wire dtype '" + name + "': use fp32, bf16, fp16 or fp8"};
 }
 
 const char* wire_dtype_name(weightsync::DType wire) {
@@ -39,11 +45,15 @@ const char* wire_dtype_name(weightsync::DType wire) {
     case weightsync::DType::kFloat32: return "fp32";
     case weightsync::DType::kBFloat16: return "bf16";
     case weightsync::DType::kFloat16: return "fp16";
+    case weightsync::DType::kFloat8E4M3: return "fp8";
     default: return weightsync::to_string(wire);
   }
 }
 
 weightsync::DType offered_wire_dtype(const weightsync::WeightLayout& offered) {
+  for (const weightsync::TensorEntry& t : offered.tensors()) {
+    if (t.spec.dtype == weightsync::DType::kFloat8E4M3) return weightsync::DType::kFloat8E4M3;
+  }
   return offered.tensors().empty() ? weightsync::DType::kFloat32 : offered.tensors().front().spec.dtype;
 }
 
@@ -54,6 +64,12 @@ std::string layout_mismatch(const weightsync::WeightLayout& offered, const polic
   if (offered_wire_dtype(offered) != weightsync::DType::kFloat32 &&
       weightsync::check_widenable(offered, expected.value()).ok()) {
     return "";
+  }
+  if (offered_wire_dtype(offered) == weightsync::DType::kFloat8E4M3) {
+    const weightsync::Status pair = weightsync::check_fp8_pair(offered, expected.value());
+    if (pair.ok()) return "";
+    return "the publisher's fp8 layout is not a form of this policy's: " + pair.message() +
+           " (the generator's --checkpoint is not the trainer's model)";
   }
   return "the publisher offers " + std::to_string(offered.tensors().size()) + " tensors (" +
          std::to_string(offered.total_bytes()) + " bytes) but this policy needs " +
@@ -87,6 +103,21 @@ zorplex::Result<weightsync::NarrowHandoff> publish_policy_narrow(weightsync::Nar
   if (!handed.ok())
     return zorplex::Error{"publishing version " + std::to_string(version) + " in " +
                           wire_dtype_name(publisher.narrow_dtype()) + ": " + handed.status().message()};
+  return handed.value();
+}
+
+zorplex::Result<weightsync::NarrowHandoff> publish_policy_narrow(weightsync::Fp8Publisher& publisher,
+                                                                 std::uint64_t version,
+                                                                 const policy::Transformer& model) {
+  const torch::Tensor flat = model.flat_parameters().contiguous();
+  if (flat.is_cuda())
+    return zorplex::Error{"publishing version " + std::to_string(version) +
+                          " in fp8: the quantization runs on the host, and the policy is on " + flat.device().str()};
+  const std::size_t bytes = static_cast<std::size_t>(flat.numel()) * sizeof(float);
+  auto handed = publisher.publish(version, flat.data_ptr<float>(), bytes);
+  if (!handed.ok())
+    return zorplex::Error{"publishing version " + std::to_string(version) + " in fp8: " +
+                          handed.status().message()};
   return handed.value();
 }
 
@@ -144,7 +175,9 @@ zorplex::Result<bool> PolicyPullTarget::finish(const policy::Transformer& model)
   if (!widens()) return true;
   torch::Tensor flat = model.flat_parameters();
   void* into = flat.is_cuda() ? host_wide_.data_ptr<float>() : flat.data_ptr<float>();
-  const weightsync::Status widened = weightsync::widen_image(offered_, image_.data(), wide_, into);
+  const weightsync::Status widened = wire_ == weightsync::DType::kFloat8E4M3
+                                         ? weightsync::dequantize_image(offered_, image_.data(), wide_, into)
+                                         : weightsync::widen_image(offered_, image_.data(), wide_, into);
   if (!widened.ok()) return zorplex::Error{"widening the pulled weights: " + widened.message()};
   if (flat.is_cuda()) {
     torch::NoGradGuard no_grad;

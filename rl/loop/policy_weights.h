@@ -41,6 +41,7 @@
 
 #include "policy/model_config.h"
 #include "policy/transformer.h"
+#include "weightsync/fp8.h"
 #include "weightsync/memory.h"
 #include "weightsync/narrow.h"
 #include "weightsync/publisher.h"
@@ -52,21 +53,25 @@ namespace loop {
 zorplex::Result<weightsync::WeightLayout> policy_weight_layout(const policy::ModelConfig& config);
 
 // The layout a trainer publishes with `wire`: policy_weight_layout() for
-// kFloat32, its narrowed form for kBFloat16 / kFloat16, an Error otherwise.
+// kFloat32, its narrowed form for kBFloat16 / kFloat16, its fp8 form
+// (weightsync::fp8_layout, the default rule) for kFloat8E4M3, an Error otherwise.
 zorplex::Result<weightsync::WeightLayout> policy_wire_layout(const policy::ModelConfig& config,
                                                              weightsync::DType wire);
 
-// --wire-dtype names: "fp32", "bf16", "fp16" (an Error for anything else),
-// and back.
+// --wire-dtype names: "fp32", "bf16", "fp16", "fp8" (an Error for anything
+// else), and back.
 zorplex::Result<weightsync::DType> parse_wire_dtype(const std::string& name);
 const char* wire_dtype_name(weightsync::DType wire);
 
-// The dtype the policy's float32 parameters travel in under `offered` (that
-// of its first tensor: every tensor of a policy layout has the same one).
+// The dtype the policy's float32 parameters travel in under `offered`:
+// kFloat8E4M3 when any tensor is e4m3 (the fp8 form keeps some tensors in
+// bfloat16), else that of its first tensor (every tensor of a narrowed policy
+// layout has the same one).
 weightsync::DType offered_wire_dtype(const weightsync::WeightLayout& offered);
 
-// "" when the subscriber's layout is the one the model needs or a narrowed
-// form of it (bfloat16 / float16 in flight), else why not.
+// "" when the subscriber's layout is the one the model needs, a narrowed
+// form of it (bfloat16 / float16 in flight) or its fp8 form
+// (weightsync::check_fp8_pair), else why not.
 std::string layout_mismatch(const weightsync::WeightLayout& offered, const policy::ModelConfig& config);
 
 zorplex::Result<weightsync::PublishResult> publish_policy(weightsync::Publisher& publisher,
@@ -76,6 +81,10 @@ zorplex::Result<weightsync::PublishResult> publish_policy(weightsync::Publisher&
 // Hands the model's float32 buffer (host memory) to `publisher`, whose
 // converter publishes its narrow image as `version`.
 zorplex::Result<weightsync::NarrowHandoff> publish_policy_narrow(weightsync::NarrowingPublisher& publisher,
+                                                                 std::uint64_t version,
+                                                                 const policy::Transformer& model);
+// The same for an fp8 wire: the converter quantizes (weightsync/fp8.h).
+zorplex::Result<weightsync::NarrowHandoff> publish_policy_narrow(weightsync::Fp8Publisher& publisher,
                                                                  std::uint64_t version,
                                                                  const policy::Transformer& model);
 
@@ -105,8 +114,9 @@ class PolicyPullTarget {
   bool widens() const { return wire_ != weightsync::DType::kFloat32; }
   // The pull's destination: the model's buffer, or the narrow host image.
   weightsync::Destination destination(const policy::Transformer& model);
-  // After a successful pull: widens the image into the model's buffer (through
-  // a host float32 buffer for a CUDA model). Nothing to do without widening.
+  // After a successful pull: widens (or, for fp8, dequantizes, scales checked
+  // first) the image into the model's buffer (through a host float32 buffer
+  // for a CUDA model). Nothing to do without widening.
   zorplex::Result<bool> finish(const policy::Transformer& model);
 
  private:

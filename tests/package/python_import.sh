@@ -2,7 +2,8 @@
 # The Python package after `cmake --install --prefix P`, used as an outside
 # user would: from a directory outside the source and build trees, with only
 # PYTHONPATH pointing into P, `import weightsync` must load the extension and
-# find libweightsync.so in P (relative RPATH), and do a real publish and pull.
+# find libweightsync.so in P (relative RPATH), and do a real publish and pull;
+# the vllm.general_plugins entry point must be found in P.
 # Then the same from a copy of P elsewhere (the prefix is relocatable).
 # Usage: python_import.sh PYTHON PREFIX SITE_DIR   (SITE_DIR relative to PREFIX)
 set -euo pipefail
@@ -32,6 +33,13 @@ with weightsync.Publisher(layout) as pub, weightsync.Subscriber(pub.address) as 
     assert got.version == 1
     for t in layout:
         assert out[t.offset:t.offset + t.nbytes] == image[t.offset:t.offset + t.nbytes]
+# vLLM finds the backend through the installed entry point (weightsync-<version>.dist-info).
+from importlib.metadata import entry_points
+eps = [e for e in entry_points(group="vllm.general_plugins") if e.name == "weightsync"]
+assert [e.value for e in eps] == ["weightsync.vllm_plugin:register"], f"vllm.general_plugins: {eps}"
+declared_in = os.path.realpath(str(eps[0].dist.locate_file("weightsync")))
+assert declared_in.startswith(prefix + os.sep), f"entry point declared in {declared_in}, not in {prefix}"
+assert eps[0].load()() is False  # register(): no vLLM here, nothing registered, no error
 print("imported weightsync", weightsync.__version__, "from", os.path.dirname(where), "with", sorted(set(libs))[0])
 PY
   ) || fail "import from $p"

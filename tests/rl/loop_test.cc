@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "loop/device.h"
 #include "loop/policy_weights.h"
@@ -220,4 +221,50 @@ TEST_CASE("RL checkpoint: resume restores weights, optimizer and baseline, and r
   REQUIRE(!mixed);
   CHECK(mixed.error().message.find("differ") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("policy weights, --wire-dtype fp8: quantized by the trainer, dequantized by the generator, exactly",
+          "[rl][loop][fp8]") {
+  auto wire = loop::parse_wire_dtype("fp8");
+  REQUIRE(wire);
+  CHECK(wire.value() == weightsync::DType::kFloat8E4M3);
+  CHECK(std::string(loop::wire_dtype_name(wire.value())) == "fp8");
+  auto trainer_model = policy::Transformer::create(tiny_config(), 1);
+  auto generator_model = policy::Transformer::create(tiny_config(), 2);
+  REQUIRE(trainer_model);
+  REQUIRE(generator_model);
+  const auto wide = loop::policy_weight_layout(tiny_config()).value();
+  auto fp8 = loop::policy_wire_layout(tiny_config(), wire.value());
+  REQUIRE(fp8);
+  CHECK(loop::offered_wire_dtype(fp8.value()) == weightsync::DType::kFloat8E4M3);
+  CHECK(loop::layout_mismatch(fp8.value(), tiny_config()).empty());
+  policy::ModelConfig other = tiny_config();
+  other.d_ff = 128;
+  CHECK(loop::layout_mismatch(fp8.value(), other).find("not the trainer's model") != std::string::npos);
+
+  auto publisher = weightsync::Fp8Publisher::create(wide);
+  REQUIRE(publisher.ok());
+  CHECK(publisher.value()->publisher().layout() == fp8.value());
+  REQUIRE(loop::publish_policy_narrow(*publisher.value(), 7, trainer_model.value()));
+  REQUIRE(publisher.value()->flush().ok());
+  weightsync::SubscriberOptions options;
+  options.transport = "tcp";
+  auto subscriber = weightsync::Subscriber::connect(publisher.value()->publisher().address(), options);
+  REQUIRE(subscriber.ok());
+  auto target = loop::PolicyPullTarget::create(subscriber.value()->layout(), generator_model.value());
+  REQUIRE(target);
+  CHECK(target.value()->wire_dtype() == weightsync::DType::kFloat8E4M3);
+  auto pulled = subscriber.value()->pull(target.value()->destination(generator_model.value()));
+  REQUIRE(pulled.ok());
+  CHECK(pulled.value().version == 7);
+  REQUIRE(target.value()->finish(generator_model.value()));
+  // Exactly dequantize(quantize(x)) of the trainer's float32 weights, element by element.
+  const torch::Tensor source = trainer_model.value().flat_parameters().contiguous();
+  std::vector<unsigned char> q(fp8.value().total_bytes());
+  REQUIRE(weightsync::quantize_image(wide, source.data_ptr<float>(), fp8.value(), q.data()).ok());
+  torch::Tensor want = torch::empty_like(source);
+  REQUIRE(weightsync::dequantize_image(fp8.value(), q.data(), wide, want.data_ptr<float>()).ok());
+  CHECK(torch::equal(generator_model.value().flat_parameters(), want));
+  CHECK_FALSE(torch::equal(want, source));  // fp8 is lossy: the generator holds the dequantized weights
+  CHECK((want - source).abs().max().item<float>() <= source.abs().max().item<float>() / 16.0f);
 }

@@ -24,6 +24,7 @@
 #include "channel/group_channel.h"
 #include "rollout/rollout.h"
 #include "tiny_policy.h"
+#include "trainer_feed.h"
 #include "trainer/algorithm_choice.h"
 #include "trainer/batcher_choice.h"
 #include "trainer/trainer_loop.h"
@@ -40,36 +41,9 @@ const std::string kMedium = "compositional:medium";
 // `model` (version 1, temperature 1), rewards 1.2, 0, 0.2: a signal.
 algorithms::TrajectoryGroup group_on(const policy::Transformer& model, zorplex::Difficulty difficulty,
                                      std::int64_t task_seed, std::uint64_t sequence) {
-  zorplex::TaskGenerator tasks(zorplex::TaskKind::kCompositional, difficulty, task_seed);
-  const zorplex::Task task = tasks.next();
-  std::vector<rollout::RolloutRequest> requests(3, rollout::RolloutRequest{task, &tasks.tools()});
-  rollout::RolloutOptions sampling;
-  sampling.format.system_prompt = "Use LOOKUP.";
-  sampling.sampling.max_new_tokens = 12;
-  sampling.sampling.temperature = 1.0;
-  auto sampled = rollout::run_rollouts(model, requests, sampling);
-  REQUIRE(sampled.ok());
-  algorithms::TrajectoryGroup group;
-  group.trajectories = sampled.value();
-  const double rewards[] = {1.2, 0.0, 0.2};
-  for (std::size_t i = 0; i < 3; ++i) group.trajectories[i].score.reward = rewards[i];
-  group.version_start = 1;
-  group.version_end = 1;
-  group.sequence = sequence;
-  group.task_seed = static_cast<std::uint64_t>(task_seed);
-  group.temperature = 1.0;
+  algorithms::TrajectoryGroup group = rltest::sampled_group(model, difficulty, task_seed, {1.2, 0.0, 0.2}, sequence);
   group.round_groups = 4;
   return group;
-}
-
-std::vector<nlohmann::json> step_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> steps;
-  for (std::string line; std::getline(in, line);) {
-    auto record = nlohmann::json::parse(line);
-    if (record.value("event", "") == "step") steps.push_back(record);
-  }
-  return steps;
 }
 
 trainer::TrainerOptions budget_options(const std::string& out, bool sync, std::uint64_t budget,
@@ -92,29 +66,10 @@ trainer::TrainerOptions budget_options(const std::string& out, bool sync, std::u
   return options;
 }
 
-// Starts a TrainerLoop, sends `groups`, runs it; returns its one step line.
+// Runs one step over `groups`; returns its step line.
 nlohmann::json run_one_step(const trainer::TrainerOptions& options, policy::Transformer model,
                             const std::vector<algorithms::TrajectoryGroup>& groups) {
-  trainer::TrainerLoop loop(options, std::move(model), policy::Metadata{});
-  auto started = loop.start();
-  INFO((started ? std::string() : started.error().message));
-  REQUIRE(started);
-  channel::ChannelOptions channel_options;
-  channel_options.high_water_mark = 64;
-  auto sender = channel::GroupSender::connect(loop.trajectory_endpoint(), channel_options);
-  REQUIRE(sender);
-  for (const algorithms::TrajectoryGroup& g : groups) {
-    auto sent = sender.value()->send(g);
-    REQUIRE(sent);
-    REQUIRE(sent.value());
-  }
-  std::atomic<bool> stop{false};
-  auto summary = loop.run(stop);
-  INFO((summary ? std::string() : summary.error().message));
-  REQUIRE(summary);
-  const std::vector<nlohmann::json> steps = step_lines(options.out_dir + "/trainer.jsonl");
-  REQUIRE(steps.size() == 1);
-  return steps.front();
+  return rltest::run_one_step(options, std::move(model), groups).step;
 }
 
 std::uint64_t largest_group(const std::vector<algorithms::TrajectoryGroup>& groups) {

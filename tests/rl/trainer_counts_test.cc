@@ -19,6 +19,7 @@
 #include <string>
 
 #include "tiny_policy.h"
+#include "trainer_feed.h"
 #include "channel/group_channel.h"
 #include "rollout/rollout.h"
 #include "trainer/algorithm_choice.h"
@@ -35,42 +36,12 @@ using rltest::tiny_config;
 algorithms::TrajectoryGroup group_of(const policy::Transformer& model, std::int64_t task_seed,
                                      std::vector<double> rewards, std::uint64_t sequence,
                                      std::uint64_t filtered_groups, std::uint32_t round_groups) {
-  zorplex::TaskGenerator tasks(zorplex::TaskKind::kCompositional, zorplex::Difficulty::kEasy, task_seed);
-  const zorplex::Task task = tasks.next();
-  std::vector<rollout::RolloutRequest> requests(rewards.size(), rollout::RolloutRequest{task, &tasks.tools()});
-  rollout::RolloutOptions sampling;
-  sampling.format.system_prompt = "Use LOOKUP.";
-  sampling.sampling.max_new_tokens = 12;
-  sampling.sampling.temperature = 1.0;
-  auto sampled = rollout::run_rollouts(model, requests, sampling);
-  REQUIRE(sampled.ok());
-  algorithms::TrajectoryGroup group;
-  group.trajectories = sampled.value();
-  for (std::size_t i = 0; i < rewards.size(); ++i) group.trajectories[i].score.reward = rewards[i];
-  group.version_start = 1;
-  group.version_end = 1;
-  group.sequence = sequence;
-  group.task_seed = static_cast<std::uint64_t>(task_seed);
-  group.temperature = 1.0;
+  algorithms::TrajectoryGroup group =
+      rltest::sampled_group(model, zorplex::Difficulty::kEasy, task_seed, rewards, sequence);
   group.filtered_groups = filtered_groups;
   group.filtered_trajectories = filtered_groups * 3;
   group.round_groups = round_groups;
   return group;
-}
-
-nlohmann::json only_step_line(const std::string& path) {
-  std::ifstream in(path);
-  nlohmann::json step;
-  int steps = 0;
-  for (std::string line; std::getline(in, line);) {
-    auto record = nlohmann::json::parse(line);
-    if (record.value("event", "") == "step") {
-      step = record;
-      ++steps;
-    }
-  }
-  REQUIRE(steps == 1);
-  return step;
 }
 
 }  // namespace
@@ -119,25 +90,8 @@ TEST_CASE("trainer step: sampled counts what the generators filtered, beside fil
       real_tokens += static_cast<std::int64_t>(t.tokens.size());
   }
 
-  trainer::TrainerLoop loop(options, std::move(model).value(), policy::Metadata{});
-  auto started = loop.start();
-  INFO((started ? std::string() : started.error().message));
-  REQUIRE(started);
-  channel::ChannelOptions channel_options;
-  channel_options.high_water_mark = 16;
-  auto sender = channel::GroupSender::connect(loop.trajectory_endpoint(), channel_options);
-  REQUIRE(sender);
-  for (const algorithms::TrajectoryGroup& g : round) {
-    auto sent = sender.value()->send(g);
-    REQUIRE(sent);
-    REQUIRE(sent.value());
-  }
-  std::atomic<bool> stop{false};
-  auto summary = loop.run(stop);
-  INFO((summary ? std::string() : summary.error().message));
-  REQUIRE(summary);
-
-  const nlohmann::json step = only_step_line(out + "/trainer.jsonl");
+  const rltest::OneStep ran = rltest::run_one_step(options, std::move(model).value(), round, 16);
+  const nlohmann::json& step = ran.step;
   CHECK(step.at("wait_seconds").get<double>() < 30.0);  // the round ended with its 2 groups, not at a timeout
   CHECK(step.at("trajectories_trained") == 6);
   CHECK(step.at("trajectories") == 6);
@@ -149,8 +103,8 @@ TEST_CASE("trainer step: sampled counts what the generators filtered, beside fil
     CHECK(step.at("groups_filtered") == 5);
     CHECK(step.at("trajectories_sampled") == 6 + 15);
     CHECK(step.at("dropped").at("filtered_refused_groups") == 0);
-    CHECK(summary.value().trajectories_sampled == 21);
-    CHECK(summary.value().trajectories_filtered == 15);
+    CHECK(ran.summary.trajectories_sampled == 21);
+    CHECK(ran.summary.trajectories_filtered == 15);
   } else {
     // REINFORCE with the running baseline trains on zero-variance groups: a
     // filtered stream would bias it, so the filtered group is refused.

@@ -8,6 +8,7 @@
 
 #include "weightsync/cancel.h"
 #include "weightsync/cuda.h"
+#include "weightsync/fp8.h"
 #include "weightsync/layout.h"
 #include "weightsync/log.h"
 #include "weightsync/memory.h"

@@ -1,162 +1,19 @@
-// NarrowingPublisher: two float32 staging buffers filled on the caller's
-// thread, one converter thread that turns the newest staged version into a
-// slot of the narrow Publisher (weightsync/narrow.h has the contract).
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
-#include <optional>
-#include <thread>
+// NarrowingPublisher: a ConvertingPublisher (narrow/converting_publisher.h)
+// whose converter narrows float32 tensors to bfloat16 or float16
+// (weightsync/narrow.h has the contract).
 #include <utility>
 
-#include "common/log.h"
+#include "narrow/converting_publisher.h"
 #include "narrow/image_convert.h"
-#include "narrow/narrowing_hooks.h"
-#include "weightsync/memory.h"
 #include "weightsync/narrow.h"
 
 namespace weightsync {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::mutex g_hook_mu;
-detail::NarrowingConvertHook g_hook;
-
-}  // namespace
-
-namespace detail {
-
-void set_narrowing_convert_hook(NarrowingConvertHook hook) {
-  std::lock_guard<std::mutex> lock(g_hook_mu);
-  g_hook = std::move(hook);
-}
-
-NarrowingConvertHook narrowing_convert_hook() {
-  std::lock_guard<std::mutex> lock(g_hook_mu);
-  return g_hook;
-}
-
-}  // namespace detail
 
 class NarrowingPublisher::Impl {
  public:
-  Impl(WeightLayout w, DType n) : wide(std::move(w)), narrow(n) {}
-
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      stop.store(true);
-    }
-    cv.notify_all();
-    if (thread.joinable()) thread.join();
-  }
-
-  void run() noexcept;
-  // One version from staging buffer `index` into a slot; called unlocked.
-  void convert(int index, std::uint64_t version);
-
-  const WeightLayout wide;
-  const DType narrow;
-  std::unique_ptr<Publisher> publisher;
-  HostBuffer staging[2];
-
-  mutable std::mutex mu;
-  std::condition_variable cv;  // pending / converting / stop changed
-  std::uint64_t staged_version[2] = {0, 0};
-  int pending = -1;     // staging buffer holding a version that waits for the converter
-  int converting = -1;  // staging buffer the converter reads
-  std::uint64_t last_handed = 0;
-  std::optional<Status> error;  // the converter's first unreported error
-  std::optional<PublishResult> last_result;
-  NarrowingStats counters;
-  std::atomic<bool> stop{false};
-  std::thread thread;  // last: started once everything above exists
+  DType narrow = DType::kBFloat16;
+  std::unique_ptr<detail::ConvertingPublisher> core;
 };
-
-void NarrowingPublisher::Impl::run() noexcept {
-  for (;;) {
-    int index = -1;
-    std::uint64_t version = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stop.load() || pending != -1; });
-      if (stop.load()) {
-        if (pending != -1) ++counters.versions_skipped;
-        pending = -1;
-        return;
-      }
-      index = pending;
-      version = staged_version[index];
-      pending = -1;
-      converting = index;
-    }
-    try {
-      convert(index, version);
-    } catch (const std::exception& e) {
-      WS_ERROR("narrowing publisher: converting version {} failed: {}", version, e.what());
-      std::lock_guard<std::mutex> lock(mu);
-      ++counters.versions_failed;
-      if (!error)
-        error =
-            Status(ErrorCode::kInternal, "converting version " + std::to_string(version) + ": " + e.what());
-    } catch (...) {
-      WS_ERROR("narrowing publisher: converting version {} failed with an unknown exception", version);
-      std::lock_guard<std::mutex> lock(mu);
-      ++counters.versions_failed;
-      if (!error)
-        error = Status(ErrorCode::kInternal, "converting version " + std::to_string(version) + " failed");
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      converting = -1;
-    }
-    cv.notify_all();
-  }
-}
-
-void NarrowingPublisher::Impl::convert(int index, std::uint64_t version) {
-  if (const detail::NarrowingConvertHook hook = detail::narrowing_convert_hook()) hook(version);
-  const auto start = Clock::now();
-  Status failure;
-  std::optional<PublishResult> committed;
-  bool stopped = false;
-  auto writer = publisher->begin_publish(version);
-  if (!writer.ok()) {
-    failure = writer.status();
-  } else if (!detail::convert_image(wide, staging[index].data(), publisher->layout(), writer->data(),
-                                    &stop)) {
-    stopped = true;  // the writer abandons the slot when it goes
-  } else {
-    auto result = writer->commit();
-    if (result.ok()) {
-      committed = result.value();
-    } else {
-      failure = result.status();
-    }
-  }
-  const double seconds = seconds_since(start);
-  std::lock_guard<std::mutex> lock(mu);
-  if (stopped) {
-    ++counters.versions_skipped;
-  } else if (committed) {
-    ++counters.versions_converted;
-    counters.conversion_seconds += seconds;
-    counters.last_conversion_seconds = seconds;
-    counters.last_committed_version = version;
-    last_result = committed;
-  } else {
-    ++counters.versions_failed;
-    if (!error) {
-      error = Status(failure.code(), "version " + std::to_string(version) +
-                                         " was not published by the converter thread: " + failure.message());
-    }
-  }
-}
 
 NarrowingPublisher::NarrowingPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -164,29 +21,19 @@ NarrowingPublisher::~NarrowingPublisher() = default;
 
 Result<std::unique_ptr<NarrowingPublisher>> NarrowingPublisher::create(const WeightLayout& wide, DType narrow,
                                                                        PublisherOptions options) try {
-  if (options.slot_memory != MemoryKind::kHost) {
-    return Status(
-        ErrorCode::kInvalidConfig,
-        "NarrowingPublisher converts on the host: its slots must be host memory (slot_memory kHost), "
-        "not " +
-            std::string(to_string(options.slot_memory)));
-  }
   auto narrow_layout = narrowed_layout(wide, narrow);
   if (!narrow_layout.ok()) return narrow_layout.status();
-  auto impl = std::make_unique<Impl>(wide, narrow);
-  auto publisher = Publisher::create(std::move(narrow_layout).value(), std::move(options));
-  if (!publisher.ok()) return publisher.status();
-  impl->publisher = std::move(publisher).value();
-  for (HostBuffer& buffer : impl->staging) {
-    auto allocated = HostBuffer::allocate(wide.total_bytes());
-    if (!allocated.ok()) {
-      return Status(allocated.status().code(),
-                    "NarrowingPublisher: the float32 staging buffer: " + allocated.status().message());
-    }
-    buffer = std::move(allocated).value();
-  }
-  Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->run(); });
+  const WeightLayout target = narrow_layout.value();
+  // The converter owns copies of both layouts: it outlives nothing it points to.
+  detail::Converter convert = [wide, target](const void* src, void* dst, const std::atomic<bool>* stop) {
+    return detail::convert_image(wide, src, target, dst, stop);
+  };
+  auto core = detail::ConvertingPublisher::create("NarrowingPublisher", wide, std::move(narrow_layout).value(),
+                                                  std::move(convert), std::move(options));
+  if (!core.ok()) return core.status();
+  auto impl = std::make_unique<Impl>();
+  impl->narrow = narrow;
+  impl->core = std::move(core).value();
   return std::unique_ptr<NarrowingPublisher>(new NarrowingPublisher(std::move(impl)));
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("NarrowingPublisher::create: ") + e.what());
@@ -194,78 +41,19 @@ Result<std::unique_ptr<NarrowingPublisher>> NarrowingPublisher::create(const Wei
 
 Result<NarrowHandoff> NarrowingPublisher::publish(std::uint64_t version, const void* wide_image,
                                                   std::size_t bytes) try {
-  Impl& s = *impl_;
-  if (wide_image == nullptr || bytes != s.wide.total_bytes()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "NarrowingPublisher::publish(): the image has " + std::to_string(bytes) +
-                      " bytes; the wide layout's region is " + std::to_string(s.wide.total_bytes()));
-  }
-  NarrowHandoff handoff;
-  handoff.version = version;
-  int target = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (s.error) {
-      Status failed = std::move(*s.error);
-      s.error.reset();
-      return Status(failed.code(), failed.message() + " (version " + std::to_string(version) +
-                                       " was not handed over: publish it again)");
-    }
-    if (version <= s.last_handed) {
-      return Status(ErrorCode::kInvalidArgument, "NarrowingPublisher::publish(): version " +
-                                                     std::to_string(version) + " is not greater than " +
-                                                     std::to_string(s.last_handed) + ", handed over before");
-    }
-    // A version still waiting is replaced (newest wins); otherwise the
-    // buffer the converter is not reading.
-    if (s.pending != -1) {
-      target = s.pending;
-      handoff.replaced_version = s.staged_version[target];
-      ++s.counters.versions_skipped;
-      s.pending = -1;
-    } else {
-      target = s.converting == 0 ? 1 : 0;
-    }
-    s.last_handed = version;
-  }
-  const auto start = Clock::now();
-  std::memcpy(s.staging[target].data(), wide_image, bytes);
-  handoff.copy_seconds = seconds_since(start);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.staged_version[target] = version;
-    s.pending = target;
-    ++s.counters.versions_handed_over;
-  }
-  s.cv.notify_all();
-  return handoff;
+  return impl_->core->publish(version, wide_image, bytes);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("NarrowingPublisher::publish: ") + e.what());
 }
 
 Result<PublishResult> NarrowingPublisher::flush(std::chrono::milliseconds timeout) try {
-  Impl& s = *impl_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  if (!s.cv.wait_for(lock, timeout, [&] { return s.pending == -1 && s.converting == -1; })) {
-    return Status(ErrorCode::kTimeout, "NarrowingPublisher::flush(): version " +
-                                           std::to_string(s.last_handed) + " is not converted after " +
-                                           std::to_string(timeout.count()) + " ms; flush again");
-  }
-  if (s.error) {
-    Status failed = std::move(*s.error);
-    s.error.reset();
-    return failed;
-  }
-  if (!s.last_result) {
-    return Status(ErrorCode::kNotReady, "NarrowingPublisher::flush(): no version was committed yet");
-  }
-  return *s.last_result;
+  return impl_->core->flush(timeout);
 } catch (const std::exception& e) {
   return Status(ErrorCode::kInternal, std::string("NarrowingPublisher::flush: ") + e.what());
 }
 
 const WeightLayout& NarrowingPublisher::wide_layout() const noexcept {
-  return impl_->wide;
+  return impl_->core->source_layout();
 }
 
 DType NarrowingPublisher::narrow_dtype() const noexcept {
@@ -273,12 +61,11 @@ DType NarrowingPublisher::narrow_dtype() const noexcept {
 }
 
 Publisher& NarrowingPublisher::publisher() noexcept {
-  return *impl_->publisher;
+  return impl_->core->publisher();
 }
 
 NarrowingStats NarrowingPublisher::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->counters;
+  return impl_->core->stats();
 }
 
 }  // namespace weightsync
