@@ -318,3 +318,35 @@ TEST_CASE("rank puller: a trainer rank publishing fewer experts than the plan re
   INFO(puller.status().to_string());
   CHECK(puller.status().code() == ErrorCode::kInvalidArgument);
 }
+
+TEST_CASE("rank puller: a staged plan that fails to prepare is dropped, the plan in force kept",
+          "[rank-puller]") {
+  ShardedSource published = moe_source();
+  for (auto& shard : published.ranks[1]) shard.experts = {8, 9, 10, 11};  // rank 1 publishes fewer experts
+  Trainer trainer(published);
+  const ExpertMap first{kExperts, {{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}}};
+  const ExpertMap second{kExperts, {{8, 9, 10, 11, 12, 13, 14, 15}, {0, 1, 2, 3, 4, 5, 6, 7}}};
+  EngineBuffers buffers(moe_target(first).ranks[0]);
+  auto group = SubscriberGroup::connect(trainer.addresses, quick_options(5000, "tcp"));
+  REQUIRE(group.ok());
+  // Engine rank 0 reads only trainer rank 0 under the first map: fine.
+  auto puller = RankPuller::create(std::move(*group), 0, buffers.entries, plan_for(moe_source(), first));
+  REQUIRE(puller.ok());
+  RankPuller& p = **puller;
+  // The second map reads experts 12..15 from trainer rank 1, which does not publish them.
+  auto id = p.replan(plan_for(moe_source(), second));
+  REQUIRE(id.ok());  // it fits the buffers; only the publisher's layout can refuse it
+  trainer.publish(1);
+  GroupPullOptions wait;
+  wait.wait = std::chrono::seconds(5);
+  auto refused = p.pull(wait);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(p.plan() == 1);
+  auto pulled = p.pull(wait);  // the staged plan is gone: plan 1 again, version 1
+  INFO(pulled.status().to_string());
+  REQUIRE(pulled.ok());
+  CHECK(pulled->plan == 1);
+  CHECK(pulled->group.version == 1);
+  CHECK(wrong_elements(published, moe_target(first).ranks[0], buffers.data, 1) == 0);
+}
