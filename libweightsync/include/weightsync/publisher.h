@@ -81,11 +81,11 @@ struct PublisherStats {
   std::uint64_t auth_failures = 0;
   std::uint64_t protocol_errors = 0;  // connections closed for bad input
   std::uint64_t bytes_served = 0;
-  std::uint64_t leases_expired = 0;         // revoked because older than lease_timeout_ms
-  std::uint64_t connections_refused = 0;    // turned away with ERROR(kBusy): a cap was reached
-  std::uint64_t handshakes_active = 0;      // connections not yet authenticated
-  std::uint64_t handshakes_timed_out = 0;   // closed for not authenticating in time
-  std::uint64_t sessions_idle_closed = 0;   // closed by idle_timeout_ms
+  std::uint64_t leases_expired = 0;        // revoked because older than lease_timeout_ms
+  std::uint64_t connections_refused = 0;   // turned away with ERROR(kBusy): a cap was reached
+  std::uint64_t handshakes_active = 0;     // connections not yet authenticated
+  std::uint64_t handshakes_timed_out = 0;  // closed for not authenticating in time
+  std::uint64_t sessions_idle_closed = 0;  // closed by idle_timeout_ms
   // Delta versions (PublisherOptions::deltas): deltas encoded, chains sent,
   // and the newest delta's compressed size and copy + encode time.
   std::uint64_t deltas_computed = 0;
@@ -107,6 +107,7 @@ struct PublisherStats {
 };
 
 class Publisher;
+class AdapterPublisher;
 
 // In-place write of one version into a slot (no staging copy on the trainer
 // side). Obtained from Publisher::begin_publish(). Destroying it without
@@ -199,6 +200,7 @@ class Publisher {
 
  private:
   friend class SlotWriter;
+  friend class AdapterPublisher;
   explicit Publisher(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
