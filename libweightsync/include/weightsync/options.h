@@ -111,8 +111,8 @@ struct PublisherOptions {
   std::optional<int> handshake_timeout_ms;
   // An authenticated connection that sends nothing for this long is sent
   // ERROR(kTimeout) and closed (and its leases released); its subscriber's
-  // next call fails with kTimeout or kConnectionLost: reconnect. 0: never (TCP keepalive and TCP_USER_TIMEOUT
-  // still detect a dead host). nullopt: WEIGHTSYNC_IDLE_TIMEOUT_MS, else 0.
+  // next call fails with kTimeout or kConnectionLost: reconnect. 0: never (TCP keepalive and TCP_USER_TIMEOUT still detect a dead
+  // host). nullopt: WEIGHTSYNC_IDLE_TIMEOUT_MS, else 0.
   std::optional<int> idle_timeout_ms;
   // Leases older than this may be taken back to make room for a new version
   // under every FullRingPolicy: under kSkip a version is skipped only while

@@ -81,11 +81,11 @@ struct PublisherStats {
   std::uint64_t auth_failures = 0;
   std::uint64_t protocol_errors = 0;  // connections closed for bad input
   std::uint64_t bytes_served = 0;
-  std::uint64_t leases_expired = 0;        // revoked because older than lease_timeout_ms
-  std::uint64_t connections_refused = 0;   // turned away with ERROR(kBusy): a cap was reached
-  std::uint64_t handshakes_active = 0;     // connections not yet authenticated
-  std::uint64_t handshakes_timed_out = 0;  // closed for not authenticating in time
-  std::uint64_t sessions_idle_closed = 0;  // closed by idle_timeout_ms
+  std::uint64_t leases_expired = 0;         // revoked because older than lease_timeout_ms
+  std::uint64_t connections_refused = 0;    // turned away with ERROR(kBusy): a cap was reached
+  std::uint64_t handshakes_active = 0;      // connections not yet authenticated
+  std::uint64_t handshakes_timed_out = 0;   // closed for not authenticating in time
+  std::uint64_t sessions_idle_closed = 0;   // closed by idle_timeout_ms
   // Delta versions (PublisherOptions::deltas): deltas encoded, chains sent,
   // and the newest delta's compressed size and copy + encode time.
   std::uint64_t deltas_computed = 0;

@@ -48,7 +48,7 @@ namespace weightsync::detail {
 
 struct ServerConfig {
   std::string secret;
-  bool integrity = false;   // control sessions must ask for the integrity layer (auth/integrity.h)
+  bool integrity = false;  // control sessions must ask for the integrity layer (auth/integrity.h)
   bool encryption = false;  // every TCP connection must ask for encryption (net/record_layer.h)
   int io_timeout_ms = 10000;
   std::size_t max_connections = 256;

@@ -153,8 +153,7 @@ Status SlotRing::begin_streaming(std::uint32_t slot_index, std::uint64_t version
     std::lock_guard<std::mutex> lock(mu_);
     Slot& slot = slots_[slot_index];
     if (!slot.writing || slot.streaming) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "begin_streaming: slot is not reserved, or already streaming");
+      return Status(ErrorCode::kInvalidArgument, "begin_streaming: slot is not reserved, or already streaming");
     }
     if (version == 0 || version > (UINT64_MAX >> 1) || version <= latest_version_) {
       return Status(ErrorCode::kInvalidArgument, "begin_streaming: version " + std::to_string(version) +
@@ -206,8 +205,8 @@ Result<StreamState> SlotRing::stream_state(std::uint64_t session, std::uint64_t 
   const Lease& lease = it->second;
   const Slot& slot = slots_[lease.slot];
   if (lease.revoked) {
-    return Status(ErrorCode::kVersionRevoked,
-                  "version " + std::to_string(lease.version) + " was abandoned or taken back; pull again");
+    return Status(ErrorCode::kVersionRevoked, "version " + std::to_string(lease.version) +
+                                                  " was abandoned or taken back; pull again");
   }
   StreamState out;
   const std::uint64_t now_stamp = stamp(lease.slot).load(std::memory_order_acquire);
@@ -222,8 +221,8 @@ Result<StreamState> SlotRing::stream_state(std::uint64_t session, std::uint64_t 
     out.watermark = slot.watermark;
     return out;
   }
-  return Status(ErrorCode::kVersionRevoked, "slot " + std::to_string(lease.slot) +
-                                                " no longer holds version " + std::to_string(lease.version));
+  return Status(ErrorCode::kVersionRevoked,
+                "slot " + std::to_string(lease.slot) + " no longer holds version " + std::to_string(lease.version));
 }
 
 std::uint64_t SlotRing::change_epoch() const {
@@ -280,8 +279,8 @@ Result<LeaseGrant> SlotRing::acquire_version(std::uint64_t session, std::uint64_
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t latest = latest_version_;
   if (newest_ < 0 || version > latest) {
-    return Status(ErrorCode::kNotReady, "version " + std::to_string(version) +
-                                            " is not published yet (latest: " + std::to_string(latest) + ")");
+    return Status(ErrorCode::kNotReady, "version " + std::to_string(version) + " is not published yet (latest: " +
+                                            std::to_string(latest) + ")");
   }
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
@@ -292,8 +291,7 @@ Result<LeaseGrant> SlotRing::acquire_version(std::uint64_t session, std::uint64_
                                                 "); pull a newer one");
 }
 
-Result<LeaseGrant> SlotRing::grant_locked(std::uint64_t session, std::uint64_t id, int chosen,
-                                          bool streamed) {
+Result<LeaseGrant> SlotRing::grant_locked(std::uint64_t session, std::uint64_t id, int chosen, bool streamed) {
   auto session_it = sessions_.find(session);
   const std::size_t held = session_it == sessions_.end() ? 0 : session_it->second.size();
   if (held >= kMaxLeasesPerSession) {
@@ -302,12 +300,10 @@ Result<LeaseGrant> SlotRing::grant_locked(std::uint64_t session, std::uint64_t i
   }
   if (leases_.count(id) != 0) return Status(ErrorCode::kBusy, "lease id collision; retry");
   Slot& slot = slots_[chosen];
-  LeaseGrant grant{
-      id,           slot.version, static_cast<std::uint32_t>(chosen), slot.version << 1, slot.has_checksum,
-      slot.checksum};
-  if (streamed)
-    grant =
-        LeaseGrant{id, slot.pending, static_cast<std::uint32_t>(chosen), (slot.pending << 1) | 1, false, 0};
+  LeaseGrant grant{id, slot.version, static_cast<std::uint32_t>(chosen), slot.version << 1, slot.has_checksum,
+                   slot.checksum};
+  if (streamed) grant = LeaseGrant{id, slot.pending, static_cast<std::uint32_t>(chosen), (slot.pending << 1) | 1,
+                                   false, 0};
   slot.live.insert(grant.lease_id);
   sessions_[session].push_back(grant.lease_id);
   leases_.emplace(grant.lease_id,

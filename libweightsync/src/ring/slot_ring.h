@@ -191,9 +191,9 @@ class SlotRing {
     std::unordered_set<std::uint64_t> live;  // ids of its live (not revoked) leases
     bool has_checksum = false;
     std::uint64_t checksum = 0;
-    std::uint64_t pending = 0;    // the version being written (while writing)
-    bool streaming = false;       // writing, exposed to streaming readers
-    std::uint64_t watermark = 0;  // while streaming
+    std::uint64_t pending = 0;     // the version being written (while writing)
+    bool streaming = false;        // writing, exposed to streaming readers
+    std::uint64_t watermark = 0;   // while streaming
   };
   struct Lease {
     std::uint64_t session = 0;

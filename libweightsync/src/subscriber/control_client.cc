@@ -17,8 +17,9 @@ Result<ControlClient> ControlClient::connect(const HostPort& publisher, const st
                                              int io_timeout_ms, bool integrity, bool encryption) {
   integrity = integrity || encryption;
   if (integrity && secret.empty()) {
-    return Status(ErrorCode::kInvalidConfig, std::string(encryption ? "encryption" : "integrity") +
-                                                 " needs a secret: set WEIGHTSYNC_SECRET on both sides");
+    return Status(ErrorCode::kInvalidConfig,
+                  std::string(encryption ? "encryption" : "integrity") +
+                      " needs a secret: set WEIGHTSYNC_SECRET on both sides");
   }
   const Deadline deadline = Deadline::after(std::chrono::milliseconds(connect_timeout_ms));
   auto connected = connect_and_authenticate([&](Deadline d) { return connect_tcp(publisher, d); }, secret,
@@ -26,9 +27,8 @@ Result<ControlClient> ControlClient::connect(const HostPort& publisher, const st
                                             hello_features(Role::kControl, integrity, encryption));
   if (!connected.ok()) return connected.status();
   if (encryption) {
-    Status s =
-        enable_encryption(connected->socket, secret, connected->session_id, connected->outcome.client_nonce,
-                          connected->outcome.server_nonce, /*publisher_side=*/false);
+    Status s = enable_encryption(connected->socket, secret, connected->session_id, connected->outcome.client_nonce,
+                                 connected->outcome.server_nonce, /*publisher_side=*/false);
     if (!s.ok()) return s;
   }
   std::unique_ptr<FrameSeal> seal;
@@ -77,7 +77,8 @@ Result<SlotTableMsg> ControlClient::get_slot_table() {
 Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std::uint32_t wait_ms,
                                                    bool streaming) {
   auto frame = call(MsgType::kQueryVersion, QueryVersionMsg{newer_than, wait_ms, streaming}.encode(),
-                    MsgType::kVersion, static_cast<int>(wait_ms));
+                    MsgType::kVersion,
+                    static_cast<int>(wait_ms));
   if (!frame.ok()) return frame.status();
   auto msg = VersionMsg::decode(frame->payload);
   if (!msg.ok()) return msg.status();
@@ -85,8 +86,7 @@ Result<std::uint64_t> ControlClient::query_version(std::uint64_t newer_than, std
 }
 
 Result<DeltaMsg> ControlClient::fetch_delta(const FetchDeltaMsg& request, std::vector<std::uint8_t>& bytes) {
-  auto frame =
-      call(MsgType::kFetchDelta, request.encode(), MsgType::kDelta, static_cast<int>(request.wait_ms));
+  auto frame = call(MsgType::kFetchDelta, request.encode(), MsgType::kDelta, static_cast<int>(request.wait_ms));
   if (!frame.ok()) return frame.status();
   auto delta = DeltaMsg::decode(frame->payload);
   if (!delta.ok()) return delta.status();
@@ -110,8 +110,7 @@ Result<LeaseMsg> ControlClient::acquire(std::uint64_t newer_than, bool streaming
   if (!frame.ok()) return frame.status();
   auto lease = LeaseMsg::decode(frame->payload);
   if (lease.ok() && lease->streaming() && !streaming) {
-    return Status(ErrorCode::kProtocolError,
-                  "publisher leased an in-progress version that was not asked for");
+    return Status(ErrorCode::kProtocolError, "publisher leased an in-progress version that was not asked for");
   }
   return lease;
 }
@@ -122,13 +121,11 @@ Result<LeaseMsg> ControlClient::acquire_view(std::uint64_t version, bool exact, 
   auto lease = LeaseMsg::decode(frame->payload);
   if (!lease.ok()) return lease;
   if (lease->streaming()) {
-    return Status(ErrorCode::kProtocolError,
-                  "publisher leased an in-progress version that was not asked for");
+    return Status(ErrorCode::kProtocolError, "publisher leased an in-progress version that was not asked for");
   }
   if (exact && lease->version != version) {
     return Status(ErrorCode::kProtocolError, "publisher leased version " + std::to_string(lease->version) +
-                                                 " for an exact request of version " +
-                                                 std::to_string(version));
+                                                 " for an exact request of version " + std::to_string(version));
   }
   if (!exact && lease->version <= version) {
     return Status(ErrorCode::kProtocolError, "publisher leased version " + std::to_string(lease->version) +
@@ -205,8 +202,7 @@ bool ControlClient::quiet() const {
 
 void ControlClient::bye() {
   if (!socket_.valid()) return;
-  (void)write_sealed(socket_, seal_.get(), MsgType::kBye, {}, Deadline::after(std::chrono::milliseconds(100)),
-                     kPeer);
+  (void)write_sealed(socket_, seal_.get(), MsgType::kBye, {}, Deadline::after(std::chrono::milliseconds(100)), kPeer);
   socket_.close();
 }
 

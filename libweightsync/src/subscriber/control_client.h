@@ -34,8 +34,7 @@ class ControlClient {
   Result<SlotTableMsg> get_slot_table();
   // Latest version; waits up to wait_ms for one newer than `newer_than`.
   // streaming (only to a publisher that offers it): in-progress versions count.
-  Result<std::uint64_t> query_version(std::uint64_t newer_than, std::uint32_t wait_ms,
-                                      bool streaming = false);
+  Result<std::uint64_t> query_version(std::uint64_t newer_than, std::uint32_t wait_ms, bool streaming = false);
   // kNotReady when nothing newer than `newer_than` is published. streaming:
   // may lease an in-progress version (odd stamp); otherwise such a lease is
   // a protocol error.
@@ -69,10 +68,7 @@ class ControlClient {
 
  private:
   ControlClient(Socket socket, std::uint64_t session_id, int io_timeout_ms, std::unique_ptr<FrameSeal> seal)
-      : socket_(std::move(socket)),
-        session_id_(session_id),
-        io_timeout_ms_(io_timeout_ms),
-        seal_(std::move(seal)) {}
+      : socket_(std::move(socket)), session_id_(session_id), io_timeout_ms_(io_timeout_ms), seal_(std::move(seal)) {}
   Result<Frame> call(MsgType request, const std::vector<std::uint8_t>& payload, MsgType reply,
                      int extra_wait_ms = 0);
 
