@@ -70,6 +70,9 @@ Result<std::unique_ptr<AdapterPublisher>> AdapterPublisher::create(AdapterPublis
     state->server = state->own_server.get();
     state->bind_host = resolved->bind_address.value;
     state->port = *bound;
+    if (resolved->secret.value.empty()) {
+      WS_WARN("publisher: no secret configured (WEIGHTSYNC_SECRET): adapters on loopback {} only", state->bind_host);
+    }
   }
   return std::unique_ptr<AdapterPublisher>(new AdapterPublisher(std::move(state)));
 } catch (const std::exception& e) {

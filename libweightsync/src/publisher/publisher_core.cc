@@ -52,7 +52,7 @@ Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout la
   if (serving.shared_server == nullptr) {
     if (Status s = impl->start_server(resolved, options, serving.max_streams); !s.ok()) return s;
   }
-  if (resolved.secret.value.empty()) {
+  if (resolved.secret.value.empty() && serving.shared_server == nullptr) {  // said once, by the server's owner
     WS_WARN(
         "publisher: no secret configured (WEIGHTSYNC_SECRET): listening on loopback {} only; "
         "set a secret to serve other hosts",
