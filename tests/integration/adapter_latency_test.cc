@@ -68,6 +68,7 @@ struct Timeline {
   Summary publish_to_installed;  // publish() called -> pull() returned with the version in place
   Summary commit_to_installed;   // publish() returned (committed) -> the same
   Summary publish_call;          // publish() itself (the copy into the slot)
+  Summary pull_transfer;         // PullResult::seconds: ACQUIRE, the copy, the stamp check (no waiting)
 };
 
 // One adapter of `bytes`; the trainer publishes a version, the engine thread
@@ -100,12 +101,13 @@ Timeline measure(const std::string& transport, std::size_t bytes, int versions) 
   std::mutex mu;
   std::condition_variable cv;
   std::uint64_t done_version = 0;
+  double done_transfer_ms = 0;
   Clock::time_point done_at;
   std::atomic<bool> failed{false};
   std::thread engine([&] {
     PullOptions wait;
     wait.wait = std::chrono::milliseconds(5000);
-    for (int v = 1; v <= versions + 2; ++v) {
+    for (int v = 1; v <= versions + 2 * static_cast<int>(pub.slot_count()); ++v) {
       auto pulled = (*sub)->pull(dest, wait);
       const auto at = Clock::now();
       if (!pulled.ok()) {
@@ -114,14 +116,18 @@ Timeline measure(const std::string& transport, std::size_t bytes, int versions) 
       }
       std::lock_guard<std::mutex> lock(mu);
       done_version = pulled.ok() ? pulled->version : 0;
+      done_transfer_ms = pulled.ok() ? pulled->seconds * 1e3 : 0;
       done_at = at;
       cv.notify_all();
       if (!pulled.ok()) return;
     }
   });
 
-  std::vector<double> to_installed, from_commit, publish_call;
-  for (int v = 1; v <= versions + 2; ++v) {  // the first two warm up (page faults, registration)
+  // The first 2 x slots versions warm up: each slot's pages are faulted in
+  // once on each side (the trainer's writes, the subscriber's mapping).
+  const int warmup = 2 * static_cast<int>(pub.slot_count());
+  std::vector<double> to_installed, from_commit, publish_call, transfer;
+  for (int v = 1; v <= versions + warmup; ++v) {
     source[0] = static_cast<char>(v);
     source[half] = static_cast<char>(v + 1);
     const auto t0 = Clock::now();
@@ -133,16 +139,17 @@ Timeline measure(const std::string& transport, std::size_t bytes, int versions) 
                         [&] { return done_version >= static_cast<std::uint64_t>(v) || failed; }));
     REQUIRE_FALSE(failed.load());
     REQUIRE(done_version == static_cast<std::uint64_t>(v));
-    if (v > 2) {
+    if (v > warmup) {
       to_installed.push_back(ms_between(t0, done_at));
       from_commit.push_back(ms_between(t1, done_at));
       publish_call.push_back(ms_between(t0, t1));
+      transfer.push_back(done_transfer_ms);
     }
     CHECK(static_cast<char*>(installed->data())[0] == static_cast<char>(v));
     CHECK(static_cast<char*>(installed->data())[half] == static_cast<char>(v + 1));
   }
   engine.join();
-  return Timeline{summarize(to_installed), summarize(from_commit), summarize(publish_call)};
+  return Timeline{summarize(to_installed), summarize(from_commit), summarize(publish_call), summarize(transfer)};
 }
 
 std::string json(const Summary& s) {
@@ -167,13 +174,14 @@ TEST_CASE("adapters: latency of a 16 MiB adapter version from publish() to insta
     const Timeline t = measure(transport, bytes, versions);
     std::printf(
         "%s: publish->installed median %.3f ms p99 %.3f ms (min %.3f max %.3f); commit->installed median "
-        "%.3f ms p99 %.3f ms; publish() median %.3f ms\n",
+        "%.3f ms p99 %.3f ms; publish() median %.3f ms; pull transfer median %.3f ms\n",
         transport.c_str(), t.publish_to_installed.median_ms, t.publish_to_installed.p99_ms,
         t.publish_to_installed.min_ms, t.publish_to_installed.max_ms, t.commit_to_installed.median_ms,
-        t.commit_to_installed.p99_ms, t.publish_call.median_ms);
+        t.commit_to_installed.p99_ms, t.publish_call.median_ms, t.pull_transfer.median_ms);
     out << ",\"" << transport << "\":{\"publish_to_installed\":" << json(t.publish_to_installed)
         << ",\"commit_to_installed\":" << json(t.commit_to_installed)
-        << ",\"publish_call\":" << json(t.publish_call) << "}";
+        << ",\"publish_call\":" << json(t.publish_call) << ",\"pull_transfer\":" << json(t.pull_transfer)
+        << "}";
   }
   out << "}";
   std::printf("%s\n", out.str().c_str());
