@@ -10,7 +10,9 @@
 //   version stream: add_adapter() hands back a Publisher for it, with every
 //   guarantee of a Publisher (publish, begin_publish, never torn, leases,
 //   the full-ring policy, checksums). A version of one adapter never waits for
-//   another adapter or its readers.
+//   another adapter or its readers. Its stats() count its own ring (versions,
+//   leases); the connection counters in them are the one server's, all
+//   adapters together.
 // - A subscriber names the adapter it serves (SubscriberOptions::adapter) and
 //   is bound to that adapter's ring for the whole session: it can lease, read
 //   and learn the layout of no other. Naming none gets the base model (an
