@@ -88,6 +88,7 @@ set(public_homes
   "cuda.h=cuda"
   "transports.h=transport"
   "publisher.h=publisher"
+  "adapter_publisher.h=publisher"
   "subscriber.h=subscriber"
   "subscriber_group.h=subscriber"
   "narrow.h=narrow"

@@ -19,6 +19,7 @@
 #include "wire/frame.h"
 #include "wire/frame_assembler.h"
 #include "wire/messages.h"
+#include "wire/stream_messages.h"
 
 using namespace weightsync;
 using namespace weightsync::detail;
@@ -134,6 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   if (auto f = FetchSignatureMsg::decode(payload); f.ok()) require(f->version != 0 && f->version <= (UINT64_MAX >> 1));
+  if (auto n = SelectStreamMsg::decode(payload); n.ok()) require(valid_stream_name(n->name));
   // A signature block from a hostile relay: bounded by the reader's own limit,
   // and exactly one digest per chunk of the payload it claims.
   if (auto b = SignatureBlock::decode(payload, 64); b.ok()) {

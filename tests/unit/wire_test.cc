@@ -9,6 +9,7 @@
 #include "weightsync/layout.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
+#include "wire/stream_messages.h"
 
 using namespace weightsync;
 using namespace weightsync::detail;
@@ -315,7 +316,8 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
       TcpOffer{kTcpFeatureStreaming}.encode(),
       RegisterViewMsg{0, {{0, 64, 4, 256}, {4096, 8, 1, 0}}}.encode(),
       ViewMsg{3, 2}.encode(),
-      AcquireViewMsg{9, true, 3}.encode()};
+      AcquireViewMsg{9, true, 3}.encode(),
+      SelectStreamMsg{"math-v2"}.encode()};
   std::uint64_t executions = 0, accepted = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> input;
@@ -342,6 +344,11 @@ TEST_CASE("wire: random and mutated bytes never crash or fool the decoders", "[w
     if (auto l = LeaseMsg::decode(input); l.ok()) {
       CHECK((l->stamp >> 1) == l->version);
       CHECK((!l->streaming() || !l->has_checksum));
+    }
+    if (auto n = SelectStreamMsg::decode(input); n.ok()) {
+      ++accepted;
+      CHECK(valid_stream_name(n->name));
+      CHECK(input.size() == 2 + n->name.size());
     }
     accepted += WaitWatermarkMsg::decode(input).ok();
     if (auto w = WatermarkMsg::decode(input); w.ok()) {

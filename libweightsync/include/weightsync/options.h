@@ -182,6 +182,12 @@ struct SubscriberOptions {
   int max_retries = 16;
   // Shown in the publisher's logs.
   std::string client_name = "subscriber";
+  // The adapter to pull from an AdapterPublisher (weightsync/adapter_publisher.h):
+  // 1..64 bytes of [A-Za-z0-9._-]; the session is bound to it. Empty: the
+  // publisher's base model. An unknown name fails connect() with
+  // kInvalidConfig, listing the names served; a publisher that serves no
+  // adapters fails it with kProtocolError.
+  std::string adapter;
   // Pulls into CUDA memory over a transport that cannot write it directly go
   // through a ring of `staging_chunks` page-locked host chunks of
   // `staging_chunk_bytes` each: the network read of one chunk overlaps the

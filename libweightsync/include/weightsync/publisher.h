@@ -107,6 +107,7 @@ struct PublisherStats {
 };
 
 class Publisher;
+class AdapterPublisher;
 
 // In-place write of one version into a slot (no staging copy on the trainer
 // side). Obtained from Publisher::begin_publish(). Destroying it without
@@ -199,6 +200,7 @@ class Publisher {
 
  private:
   friend class SlotWriter;
+  friend class AdapterPublisher;
   explicit Publisher(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

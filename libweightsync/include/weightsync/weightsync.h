@@ -6,6 +6,7 @@
 // authenticated. Start with docs/ in the source tree, or README.md.
 #pragma once
 
+#include "weightsync/adapter_publisher.h"
 #include "weightsync/cancel.h"
 #include "weightsync/cuda.h"
 #include "weightsync/fp8.h"

@@ -21,7 +21,13 @@ namespace weightsync {
 using Clock = std::chrono::steady_clock;
 
 Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout layout,
-                                                                 const PublisherOptions& options) try {
+                                                                 const PublisherOptions& options) {
+  return create(std::move(layout), options, Serving{});
+}
+
+Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout layout,
+                                                                 const PublisherOptions& options,
+                                                                 Serving serving) try {
   auto resolution = detail::resolve_publisher_settings(options);
   if (!resolution.ok()) return resolution.status();
   const detail::PublisherSettings& resolved = *resolution;
@@ -41,8 +47,12 @@ Result<std::unique_ptr<Publisher::Impl>> Publisher::Impl::create(WeightLayout la
     impl->version_key = std::move(*key);
   }
   if (Status s = impl->make_ring(resolved, options); !s.ok()) return s;
-  if (Status s = impl->start_server(resolved, options); !s.ok()) return s;
-  if (resolved.secret.value.empty()) {
+  if (Status s = impl->make_services(resolved, options); !s.ok()) return s;
+  impl->shared_server = serving.shared_server;
+  if (serving.shared_server == nullptr) {
+    if (Status s = impl->start_server(resolved, options, serving.max_streams); !s.ok()) return s;
+  }
+  if (resolved.secret.value.empty() && serving.shared_server == nullptr) {  // said once, by the server's owner
     WS_WARN(
         "publisher: no secret configured (WEIGHTSYNC_SECRET): listening on loopback {} only; "
         "set a secret to serve other hosts",
@@ -93,18 +103,9 @@ Status Publisher::Impl::make_ring(const detail::PublisherSettings& resolved,
   return transports->start(*ring);
 }
 
-// The listener, the commit threads (view pre-hashing, signing, deltas) and
-// the server that answers from them.
-Status Publisher::Impl::start_server(const detail::PublisherSettings& resolved,
-                                     const PublisherOptions& options) {
-  auto listener = detail::listen_tcp(resolved.bind_address.value, options.port);
-  if (!listener.ok()) return listener.status();
-  auto bound = detail::local_port(*listener);
-  if (!bound.ok()) return bound.status();
-  bind_host = resolved.bind_address.value;
-  port = *bound;
-
-  detail::ServerConfig config;
+namespace detail {
+ServerConfig server_config(const PublisherSettings& resolved, const PublisherOptions& options) {
+  ServerConfig config;
   config.secret = resolved.secret.value;
   config.integrity = resolved.integrity.value;
   config.encryption = resolved.encryption.value;
@@ -115,7 +116,15 @@ Status Publisher::Impl::start_server(const detail::PublisherSettings& resolved,
   // A peer never gets longer to authenticate than to answer any other message.
   config.handshake_timeout_ms = std::min(resolved.handshake_timeout_ms.value, resolved.io_timeout_ms.value);
   config.idle_timeout_ms = resolved.idle_timeout_ms.value;
-  detail::ServedState state;
+  return config;
+}
+}  // namespace detail
+
+// The commit threads (view pre-hashing, signing, deltas) and what a server
+// answers from: `served`.
+Status Publisher::Impl::make_services(const detail::PublisherSettings& resolved,
+                                      const PublisherOptions& options) {
+  detail::ServedState& state = served;
   state.layout = &layout;
   state.ring = ring.get();
   state.checksums = checksums;
@@ -137,7 +146,21 @@ Status Publisher::Impl::start_server(const detail::PublisherSettings& resolved,
     deltas = std::move(*store);
     state.deltas = deltas.get();
   }
-  auto started = detail::PublisherServer::start(std::move(*listener), std::move(config), std::move(state));
+  return Status();
+}
+
+// The listener and the server that answers from `served`.
+Status Publisher::Impl::start_server(const detail::PublisherSettings& resolved,
+                                     const PublisherOptions& options, std::size_t max_streams) {
+  auto listener = detail::listen_tcp(resolved.bind_address.value, options.port);
+  if (!listener.ok()) return listener.status();
+  auto bound = detail::local_port(*listener);
+  if (!bound.ok()) return bound.status();
+  bind_host = resolved.bind_address.value;
+  port = *bound;
+  detail::ServerConfig config = detail::server_config(resolved, options);
+  config.max_streams = max_streams;
+  auto started = detail::PublisherServer::start(std::move(*listener), std::move(config), served);
   if (!started.ok()) return started.status();
   server = std::move(*started);
   return Status();
@@ -262,7 +285,8 @@ PublisherStats Publisher::Impl::stats() const {
   stats.leases_expired = counted.expired;
   stats.leases_granted = counted.granted;
   stats.leases_active = counted.active;
-  const auto& c = server->counters();
+  const detail::PublisherServer* serving = server ? server.get() : shared_server;
+  const auto& c = serving->counters();
   stats.connections_active = c.connections_active.load();
   stats.connections_accepted = c.connections_accepted.load();
   stats.auth_failures = c.auth_failures.load();
@@ -272,7 +296,7 @@ PublisherStats Publisher::Impl::stats() const {
   stats.handshakes_active = c.handshakes_active.load();
   stats.handshakes_timed_out = c.handshakes_timed_out.load();
   stats.sessions_idle_closed = c.sessions_idle_closed.load();
-  const detail::ServerHealth health = server->health();
+  const detail::ServerHealth health = serving->health();
   if (deltas) {
     const detail::DeltaStoreStats d = deltas->stats();
     stats.deltas_computed = d.computed;

@@ -41,6 +41,17 @@ struct PublisherSettings;
 
 class Publisher::Impl {
  public:
+  // Where a core is served from: its own server (the default), which may
+  // also serve up to `max_streams` named streams (adapters), or, with
+  // `shared_server`, none of its own: that server serves `served` as a named
+  // stream (weightsync/adapter_publisher.h) and must outlive every use of
+  // stats().
+  struct Serving {
+    std::size_t max_streams = 0;
+    const detail::PublisherServer* shared_server = nullptr;
+  };
+  static Result<std::unique_ptr<Impl>> create(WeightLayout layout, const PublisherOptions& options,
+                                              Serving serving);
   static Result<std::unique_ptr<Impl>> create(WeightLayout layout, const PublisherOptions& options);
   explicit Impl(WeightLayout l) : layout(std::move(l)) {}
   ~Impl();
@@ -60,6 +71,8 @@ class Publisher::Impl {
   std::unique_ptr<detail::DeltaStore> deltas;            // likewise; after ring: stops before the slots go
   std::unique_ptr<detail::VersionSigner> signer;  // likewise: signs (a key) or forwards (a relay) blocks
   std::unique_ptr<detail::PublisherServer> server;
+  const detail::PublisherServer* shared_server = nullptr;  // serves this core when `server` is null
+  detail::ServedState served;                              // what a server serves from this core
   bool writer_open = false;
   int io_timeout_ms = 10000;
   // Device publishes: host slots page-locked on first use, then the commit
@@ -108,7 +121,9 @@ class Publisher::Impl {
  private:
   // create()'s steps.
   Status make_ring(const detail::PublisherSettings& resolved, const PublisherOptions& options);
-  Status start_server(const detail::PublisherSettings& resolved, const PublisherOptions& options);
+  Status make_services(const detail::PublisherSettings& resolved, const PublisherOptions& options);
+  Status start_server(const detail::PublisherSettings& resolved, const PublisherOptions& options,
+                      std::size_t max_streams);
   // The hash of a committed slot's tensors in layout order (padding excluded).
   std::uint64_t checksum_of_slot(std::uint32_t slot) const;
   // The threads that work from committed versions: view pre-hashing, deltas, signing.
@@ -118,6 +133,9 @@ class Publisher::Impl {
 namespace detail {
 
 using PublisherCore = Publisher::Impl;
+
+// The server configuration a publisher's resolved settings give.
+ServerConfig server_config(const PublisherSettings& resolved, const PublisherOptions& options);
 
 // A relay's slot writer. A relay learns the version number it forwards from
 // its upstream's lease, and the end-to-end checksum with it, only once the

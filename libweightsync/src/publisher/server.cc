@@ -29,9 +29,10 @@ using namespace server_internal;
 
 PublisherServer::PublisherServer(Socket listener, ServerConfig config, ServedState state)
     : listener_(std::move(listener)),
-      local_listener_(state.transports->take_local_listener()),
+      local_listener_(state.transports != nullptr ? state.transports->take_local_listener() : Socket()),
       config_(std::move(config)),
       state_(std::move(state)),
+      streams_(config_.max_streams),
       workers_(config_.max_workers),
       budget_(config_.max_handshakes, config_.max_handshakes_per_address) {}
 
@@ -42,7 +43,7 @@ Result<std::unique_ptr<PublisherServer>> PublisherServer::start(Socket listener,
   if (Status s = server->setup(); !s.ok()) return s;
   try {
     server->loop_ = std::thread([s = server.get()] { s->run_loop(); });
-    server->version_watcher_ = std::thread([s = server.get()] { s->watch_versions(); });
+    if (server->default_) server->version_watcher_ = std::thread([s = server.get()] { s->watch_versions(); });
   } catch (const std::exception& e) {
     server->stop();
     return Status(ErrorCode::kInternal, std::string("cannot start the publisher's threads: ") + e.what());
@@ -72,6 +73,11 @@ Status PublisherServer::setup() {
                    add(wake_fd_, kWakeTag)}) {
     if (!s.ok()) return s;
   }
+  if (state_.ring != nullptr) {
+    auto stream = std::make_shared<ServedStream>();
+    stream->state = state_;
+    default_ = std::move(stream);
+  }
   if (state_.deltas != nullptr) {
     // Parked FETCH_DELTAs are looked at when the delta thread moves on; a
     // quarter of the workers at most send chains (peers that do not read).
@@ -97,6 +103,10 @@ void PublisherServer::stop() {
   if (stopping_.exchange(true)) return;
   if (state_.deltas != nullptr) state_.deltas->set_listener(nullptr);  // it outlives this server
   if (state_.ring != nullptr) state_.ring->stop();
+  for (const auto& stream : streams_.all()) {  // they may outlive this server (their owners hold them)
+    stream->state.ring->set_change_listener(nullptr);
+    if (stream->state.deltas != nullptr) stream->state.deltas->set_listener(nullptr);
+  }
   if (wake_fd_ >= 0) wake();
   if (loop_.joinable()) loop_.join();
   if (version_watcher_.joinable()) version_watcher_.join();
@@ -151,6 +161,8 @@ void PublisherServer::run_loop() {
   for (auto& [id, conn] : connections_) conn->socket.shutdown_both();
   listener_.close();
   local_listener_.close();
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  stream_listeners_.clear();
 }
 
 void PublisherServer::loop_once() {
@@ -167,6 +179,8 @@ void PublisherServer::loop_once() {
       accept_ready(false);
     } else if (tag == kLocalListenerTag) {
       accept_ready(true);
+    } else if ((tag & kStreamListenerTagBit) != 0) {
+      accept_ready(true, tag);
     } else if (tag == kWakeTag) {
       std::uint64_t drained = 0;
       (void)!::read(wake_fd_, &drained, sizeof(drained));

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +41,7 @@
 #include "net/socket.h"
 #include "publisher/handshake_budget.h"
 #include "publisher/served_state.h"
+#include "publisher/stream_table.h"
 #include "publisher/worker_pool.h"
 
 namespace weightsync::detail {
@@ -55,6 +57,8 @@ struct ServerConfig {
   int handshake_timeout_ms = 2000;
   int idle_timeout_ms = 0;  // 0: never
   std::size_t max_workers = 64;
+  // Named streams (adapters) served beside the default one; 0: none.
+  std::size_t max_streams = 0;
 };
 
 struct ServerCounters {
@@ -78,9 +82,18 @@ class PublisherServer {
  public:
   // `listener` accepts control and tcp data connections; the same-host
   // transport's local socket, if one is offered, comes from
-  // state.transports (ServedTransports::take_local_listener()).
+  // state.transports (ServedTransports::take_local_listener()). `state` is
+  // the default stream; with state.ring null there is none, and every
+  // session must select a named stream first.
   static Result<std::unique_ptr<PublisherServer>> start(Socket listener, ServerConfig config,
                                                         ServedState state);
+  // Named streams (publisher/stream_table.h), from any thread: add_stream
+  // takes the stream's local listener and watches its ring; remove_stream
+  // stops offering it (its ring is retired: its sessions' requests fail
+  // with kConnectionLost) and drops it once its last session closes.
+  Status add_stream(std::shared_ptr<const ServedStream> stream);
+  Status remove_stream(const std::string& name);
+  std::vector<std::string> stream_names() const { return streams_.names(); }
   ~PublisherServer();
   void stop();
   const ServerCounters& counters() const { return counters_; }
@@ -100,7 +113,12 @@ class PublisherServer {
   void wake();
 
   // Event loop (loop thread only).
-  void accept_ready(bool local);
+  void accept_ready(bool local, std::uint64_t tag = 0);
+  // The fd of a named stream's local listener (-1 if removed).
+  int stream_listener_fd(std::uint64_t tag);
+  void set_stream_listeners_polled(bool polled);
+  // SELECT_STREAM on a worker: binds the session to a named stream.
+  Status select_stream(Connection* conn, const Frame& frame, Completion& done);
   void admit(Socket socket, std::string peer, std::string address, bool local);
   void on_readable(Connection* conn);
   void on_handshake_frame(Connection* conn, const Frame& frame);
@@ -129,6 +147,12 @@ class PublisherServer {
   Socket local_listener_;
   ServerConfig config_;
   ServedState state_;
+  std::shared_ptr<const ServedStream> default_;  // null: named streams only
+  StreamTable streams_;
+  std::mutex listeners_mu_;
+  std::map<std::uint64_t, Socket> stream_listeners_;          // epoll tag -> listener
+  std::map<std::string, std::uint64_t> stream_listener_tag_;  // stream name -> its tag
+  std::uint64_t next_listener_tag_ = 0;
   ServerCounters counters_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -139,7 +163,8 @@ class PublisherServer {
 
   // Loop thread only.
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
-  std::unordered_set<std::uint64_t> sessions_;  // live control sessions
+  // Live control sessions and the stream each serves (null: none selected yet).
+  std::unordered_map<std::uint64_t, std::shared_ptr<const ServedStream>> sessions_;
   HandshakeBudget budget_;
   std::size_t authenticated_ = 0;
   std::uint64_t next_id_ = 16;

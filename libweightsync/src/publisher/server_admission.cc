@@ -27,8 +27,17 @@ namespace weightsync::detail {
 
 using namespace server_internal;
 
-void PublisherServer::accept_ready(bool local) {
-  const Socket& listener = local ? local_listener_ : listener_;
+void PublisherServer::accept_ready(bool local, std::uint64_t tag) {
+  // A named stream's local listener: any of them serves any session (what a
+  // connection is handed depends on its session, not on the socket).
+  Socket borrowed;
+  if (tag != 0) {
+    const int fd = stream_listener_fd(tag);
+    if (fd < 0) return;  // removed since the event
+    borrowed = Socket(::dup(fd));
+    if (borrowed.fd() < 0) return;
+  }
+  const Socket& listener = tag != 0 ? borrowed : local ? local_listener_ : listener_;
   for (int i = 0; i < kAcceptsPerTurn && !accept_paused_; ++i) {
     std::string peer = "local";
     auto accepted = local ? accept_unix(listener)
@@ -46,6 +55,7 @@ void PublisherServer::accept_ready(bool local) {
       for (int fd : {listener_.fd(), local_listener_.fd()}) {
         if (fd >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
       }
+      set_stream_listeners_polled(false);
       return;
     }
     if (!local) set_liveness_options(*accepted, config_.io_timeout_ms);
@@ -215,10 +225,16 @@ void PublisherServer::on_authenticated(Connection* conn) {
       return;
     }
     session = *id;
-  } else if (sessions_.count(session) == 0) {
+  } else if (auto it = sessions_.find(session); it == sessions_.end()) {
     counters_.protocol_errors.fetch_add(1);
     refuse(conn, ErrorCode::kProtocolError, "data connection names no live control session");
     return;
+  } else if (it->second == nullptr) {
+    counters_.protocol_errors.fetch_add(1);
+    refuse(conn, ErrorCode::kProtocolError, "data connection's session has selected no stream");
+    return;
+  } else {
+    conn->stream = it->second;
   }
   if (authenticated_ >= config_.max_connections) {
     if (log_allowed()) {
@@ -249,7 +265,8 @@ void PublisherServer::on_authenticated(Connection* conn) {
   // Joinable before WELCOME leaves, so a data connection opened right after
   // it is never refused.
   if (role == Role::kControl) {
-    sessions_.insert(session);
+    conn->stream = default_;
+    sessions_[session] = default_;
     conn->owns_session = true;
   }
   conn->session = session;
@@ -313,10 +330,13 @@ void PublisherServer::close_connection(Connection* conn) {
   }
   if (conn->owns_session) {
     sessions_.erase(conn->session);
-    state_.ring->release_session(conn->session);
-    if (state_.views != nullptr) state_.views->release_session(conn->session);
-    if (state_.deltas != nullptr) state_.deltas->release_session(conn->session);
-    state_.transports->session_closed(conn->session);
+    if (conn->stream != nullptr) {
+      const ServedState& state = conn->stream->state;
+      state.ring->release_session(conn->session);
+      if (state.views != nullptr) state.views->release_session(conn->session);
+      if (state.deltas != nullptr) state.deltas->release_session(conn->session);
+      state.transports->session_closed(conn->session);
+    }
   }
   counters_.connections_active.fetch_sub(1);
   connections_.erase(conn->id);  // closes the socket, which leaves the epoll set

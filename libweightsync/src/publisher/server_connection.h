@@ -28,6 +28,8 @@ constexpr const char* kPeer = "subscriber";
 constexpr std::uint64_t kListenerTag = 1;
 constexpr std::uint64_t kLocalListenerTag = 2;
 constexpr std::uint64_t kWakeTag = 3;
+// Named streams' local listeners: this bit set, then a counter.
+constexpr std::uint64_t kStreamListenerTagBit = std::uint64_t{1} << 63;
 // Connections accepted per listener per loop turn: a flood of new connections
 // cannot starve the handshakes already under way.
 constexpr int kAcceptsPerTurn = 8;
@@ -80,6 +82,10 @@ struct PublisherServer::Connection {
   // Integrity layer (control sessions that asked for it): seals and opens
   // every frame after WELCOME. Used by whoever owns the socket at the time.
   std::unique_ptr<FrameSeal> seal;
+  // The stream this connection's session serves (null: none yet); set on
+  // authenticating, or by SELECT_STREAM (the session's first request).
+  std::shared_ptr<const ServedStream> stream;
+  bool served_request = false;  // a control request was served (SELECT_STREAM comes first or never)
 
   Connection(std::string secret, bool integrity, bool encryption)
       : handshake(std::move(secret), integrity, encryption) {}
@@ -96,6 +102,7 @@ struct PublisherServer::Completion {
   std::uint64_t bytes = 0;
   std::optional<ParkedDelta> delta;
   std::chrono::milliseconds wait{0};
+  std::shared_ptr<const ServedStream> selected;  // SELECT_STREAM: the session's stream now
 };
 
 }  // namespace weightsync::detail

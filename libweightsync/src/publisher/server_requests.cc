@@ -52,7 +52,8 @@ void PublisherServer::dispatch_parked_answer(Connection* conn) {
     done.id = conn->id;
     done.close = true;
     try {
-      ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms, conn->seal.get()};
+      ControlContext ctx{&conn->socket, &conn->stream->state, conn->session, config_.io_timeout_ms,
+                         conn->seal.get()};
       done.close = !(delta       ? answer_delta(ctx, *delta)
                      : watermark ? answer_watermark(ctx, lease, bytes)
                                  : answer_version_query(ctx, newer_than, streaming))
@@ -80,6 +81,7 @@ void PublisherServer::finish_completions() {
     Connection* conn = it->second.get();
     conn->busy = false;
     conn->last_activity = Clock::now();
+    if (c.selected) sessions_[conn->session] = c.selected;  // its data connections join this stream
     if (c.close || stopping_.load()) {
       close_connection(conn);
     } else if (c.park) {
@@ -101,30 +103,25 @@ void PublisherServer::finish_completions() {
 
 void PublisherServer::resolve_parked() {
   if (parked_count_ == 0) return;
-  const std::uint64_t latest = state_.ring->latest_version();
-  std::uint64_t streamable = 0;
-  bool streamable_known = false;
-  // Retired (a relay whose forwarding stopped): every parked query is told now.
-  const bool stopped = state_.ring->stopped() || state_.ring->retired().has_value();
   const Clock::time_point now = Clock::now();
   std::vector<Connection*> ready;
   for (auto& [id, conn] : connections_) {
     if (!conn->parked) continue;
+    // Each session's own stream (only a session with one can park).
+    const ServedState& state = conn->stream->state;
+    // Retired (a relay whose forwarding stopped, a removed adapter): every parked query is told now.
+    const bool stopped = state.ring->stopped() || state.ring->retired().has_value();
     bool answer = now >= conn->park_until || stopped;
     if (!answer && conn->park_delta) {
       answer = !conn->park_delta->hold &&
-               state_.deltas->readiness(conn->park_delta->have, conn->park_delta->at_least) !=
+               state.deltas->readiness(conn->park_delta->have, conn->park_delta->at_least) !=
                    DeltaReadiness::kLater;
     } else if (!answer && conn->park_watermark) {
-      answer = watermark_ready(state_, conn->session, conn->park_lease, conn->park_bytes);
+      answer = watermark_ready(state, conn->session, conn->park_lease, conn->park_bytes);
     } else if (!answer && conn->park_streaming) {
-      if (!streamable_known) {
-        streamable = state_.ring->latest_streamable();
-        streamable_known = true;
-      }
-      answer = streamable > conn->park_newer_than;
+      answer = state.ring->latest_streamable() > conn->park_newer_than;
     } else if (!answer) {
-      answer = latest > conn->park_newer_than;
+      answer = state.ring->latest_version() > conn->park_newer_than;
     }
     if (answer) ready.push_back(conn.get());
   }
@@ -143,6 +140,7 @@ void PublisherServer::sweep_deadlines() {
       ev.data.u64 = tag;
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     }
+    set_stream_listeners_polled(true);
   }
   const auto io_timeout = std::chrono::milliseconds(config_.io_timeout_ms);
   const auto idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
@@ -194,8 +192,8 @@ void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
   if (conn->phase == Connection::Phase::kLocal || conn->phase == Connection::Phase::kData) {
     // A transport's own connection: the local socket's regions (on
     // authenticating) or tcp's READ requests.
-    ServedTransport* transport =
-        state_.transports->for_role(conn->phase == Connection::Phase::kLocal ? Role::kShm : Role::kData);
+    ServedTransport* transport = conn->stream->state.transports->for_role(
+        conn->phase == Connection::Phase::kLocal ? Role::kShm : Role::kData);
     if (transport == nullptr) {
       status = Status(ErrorCode::kProtocolError, "no transport serves this connection");
     } else {
@@ -209,8 +207,19 @@ void PublisherServer::serve_request_unguarded(Connection* conn, Frame frame) {
     // Changed, replayed or reordered in transit: nothing more from this peer is trusted.
     status = opened;
     done.close = true;
+  } else if (frame.type == MsgType::kSelectStream) {
+    status = select_stream(conn, frame, done);
+    conn->served_request = true;
+  } else if (conn->stream == nullptr) {
+    conn->served_request = true;
+    status = reply_error_sealed(conn->socket, conn->seal.get(), ErrorCode::kInvalidConfig,
+                                "this publisher serves adapters only: name one (SubscriberOptions::adapter)",
+                                Deadline::after(std::chrono::milliseconds(config_.io_timeout_ms)), kPeer);
+    if (status.ok()) status = Status(ErrorCode::kInvalidConfig, "a request before SELECT_STREAM");
   } else {
-    ControlContext ctx{&conn->socket, &state_, conn->session, config_.io_timeout_ms, conn->seal.get()};
+    conn->served_request = true;
+    ControlContext ctx{&conn->socket, &conn->stream->state, conn->session, config_.io_timeout_ms,
+                       conn->seal.get()};
     ControlOutcome outcome = handle_control_request(ctx, frame);
     status = outcome.status;
     done.close = outcome.bye;

@@ -230,6 +230,11 @@ std::uint64_t SlotRing::change_epoch() const {
   return epoch_;
 }
 
+void SlotRing::set_change_listener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  change_listener_ = std::move(listener);
+}
+
 std::uint64_t SlotRing::wait_change(std::uint64_t seen, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   auto ready = [&] { return stopping_ || epoch_ != seen; };

@@ -45,6 +45,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -153,6 +154,10 @@ class SlotRing {
   // stop(); returns the epoch.
   std::uint64_t wait_change(std::uint64_t seen, Deadline deadline);
   std::uint64_t change_epoch() const;
+  // Called on every change of change_epoch(), under the ring's lock: it must
+  // only signal (a server writes its eventfd). Set while serving; cleared
+  // (nullptr) before whatever it calls goes away. One listener at a time.
+  void set_change_listener(std::function<void()> listener);
   // The lease, if it belongs to `session` and was not revoked. kVersionRevoked
   // if it was taken back; kInvalidArgument if unknown.
   Result<LeaseGrant> check_lease(std::uint64_t session, std::uint64_t lease_id) const;
@@ -226,8 +231,12 @@ class SlotRing {
   bool stopping_ = false;
   std::optional<std::string> retired_;  // guarded by mu_
   int newest_ = -1;
-  std::uint64_t epoch_ = 0;  // bumped on every change streaming readers wait for
-  void changed_locked() { ++epoch_; }
+  std::uint64_t epoch_ = 0;                // bumped on every change streaming readers wait for
+  std::function<void()> change_listener_;  // guarded by mu_
+  void changed_locked() {
+    ++epoch_;
+    if (change_listener_) change_listener_();
+  }
   std::atomic<std::uint64_t> latest_version_{0};     // written under mu_, read lock-free
   std::unordered_map<std::uint64_t, Lease> leases_;  // live and revoked, until released
   // Each session's lease ids (live and revoked; at most kMaxLeasesPerSession).

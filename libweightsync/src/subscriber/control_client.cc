@@ -5,6 +5,7 @@
 
 #include "auth/client_connect.h"
 #include "wire/frame_io.h"
+#include "wire/stream_messages.h"
 
 namespace weightsync::detail {
 namespace {
@@ -47,6 +48,13 @@ Result<Frame> ControlClient::call(MsgType request, const std::vector<std::uint8_
   if (!s.ok()) return s;
   const auto wait = std::chrono::milliseconds(static_cast<long long>(io_timeout_ms_) + extra_wait_ms);
   return read_expected_sealed(socket_, seal_.get(), reply, kMaxReplyPayload, Deadline::after(wait), kPeer);
+}
+
+Status ControlClient::select_stream(const std::string& name) {
+  auto frame = call(MsgType::kSelectStream, SelectStreamMsg{name}.encode(), MsgType::kStreamSelected);
+  if (!frame.ok()) return frame.status();
+  if (!frame->payload.empty()) return Status(ErrorCode::kProtocolError, "malformed STREAM_SELECTED message");
+  return Status();
 }
 
 Result<WeightLayout> ControlClient::get_layout() {

@@ -27,6 +27,9 @@ class ControlClient {
 
   std::uint64_t session_id() const noexcept { return session_id_; }
 
+  // SELECT_STREAM: binds this session to the publisher's adapter `name`
+  // (the first request of a session). Its ERROR comes back as that Status.
+  Status select_stream(const std::string& name);
   Result<WeightLayout> get_layout();
   Result<SlotTableMsg> get_slot_table();
   // Latest version; waits up to wait_ms for one newer than `newer_than`.

@@ -13,6 +13,7 @@
 #include "subscriber/negotiation.h"
 #include "subscriber/subscriber_impl.h"
 #include "subscriber/subscriber_settings.h"
+#include "wire/stream_messages.h"
 
 namespace weightsync {
 
@@ -60,10 +61,21 @@ Result<std::unique_ptr<Subscriber>> Subscriber::connect(const std::string& addre
     version_key = std::move(*key);
     options.verify_checksum = true;
   }
+  if (!options.adapter.empty()) {
+    if (std::string why = detail::stream_name_problem(options.adapter); !why.empty()) {
+      return Status(ErrorCode::kInvalidArgument, "SubscriberOptions::adapter: " + why);
+    }
+  }
   auto control = detail::ControlClient::connect(
       *target, settings.secret.value, options.client_name, settings.connect_timeout_ms.value,
       settings.io_timeout_ms.value, settings.integrity.value, settings.encryption.value);
   if (!control.ok()) return control.status();
+  if (!options.adapter.empty()) {
+    // Bound to that adapter's ring for the whole session (docs/protocol.md, "Named streams").
+    if (Status s = control->select_stream(options.adapter); !s.ok()) {
+      return Status(s.code(), "adapter '" + options.adapter + "' at " + address + ": " + s.message());
+    }
+  }
   auto layout = control->get_layout();
   if (!layout.ok()) return layout.status();
   auto table = control->get_slot_table();

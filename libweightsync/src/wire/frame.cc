@@ -39,6 +39,8 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::kDelta: return "DELTA";
     case MsgType::kFetchSignature: return "FETCH_SIGNATURE";
     case MsgType::kSignature: return "SIGNATURE";
+    case MsgType::kSelectStream: return "SELECT_STREAM";
+    case MsgType::kStreamSelected: return "STREAM_SELECTED";
     case MsgType::kBye: return "BYE";
   }
   return "UNKNOWN";

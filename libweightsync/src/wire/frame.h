@@ -56,6 +56,8 @@ enum class MsgType : std::uint16_t {
   kDelta = 35,
   kFetchSignature = 36,
   kSignature = 37,
+  kSelectStream = 38,
+  kStreamSelected = 39,
   kBye = 30,
 };
 
