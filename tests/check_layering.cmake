@@ -51,6 +51,10 @@
 #                             subscriber/subscriber_settings.h); staged
 #                             updates are a Subscriber pulling into buffers
 #                             it owns (subscriber/destination_plan.h).
+#   metrics                   the /metrics endpoint: reads the stats() of
+#                             publishers, subscribers, groups, relays and
+#                             staged updates at scrape time, so it sits on
+#                             top of all of them (weightsync/metrics.h).
 #
 # Public headers (libweightsync/include/weightsync/*.h) are vocabulary that any
 # folder may include, except those listed in `public_homes`: they belong to the
@@ -78,7 +82,7 @@ if(NOT INCLUDE)
 endif()
 get_filename_component(LIBROOT "${SRC}/.." ABSOLUTE)
 
-set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged")
+set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged < metrics")
 # Public headers that belong to an upper layer: header=folder ("-": none).
 set(public_homes
   "cuda.h=cuda"
@@ -90,6 +94,7 @@ set(public_homes
   "sharding.h=sharding"
   "relay.h=relay"
   "staged_updates.h=staged"
+  "metrics.h=metrics"
   "weightsync.h=-")
 # The folders of libweightsync/ this script covers.
 set(covered_roots src include)
