@@ -8,6 +8,10 @@
 //   off-again  no endpoint, a second time: the A/A control, whose ratio to
 //            "off" shows how far the machine's noise alone moves a mode.
 // Each run: P pulls, throughput = bytes / sum of PullResult::seconds.
+// Then the two costs the endpoint adds, timed directly (robust to the load
+// that drowns a 2% throughput difference on a shared VM): the CPU time of
+// one scrape (what each GET costs, on a civetweb thread), and of one
+// stats_snapshot() (the mutex and copy the Subscriber pays once per pull).
 // Prints one line per run, each mode's median, and the median over runs of
 // its ratio to "off" in the same run (paired: robust to load that drifts
 // between runs, as on a shared 2-vCPU VM).
@@ -137,6 +141,35 @@ int main(int argc, char** argv) {
       gbps[mode].push_back(g);
       std::printf("run %d %-9s %s %.3f GB/s\n", r + 1, mode.c_str(), transport.c_str(), g);
     }
+  }
+  {
+    MetricsOptions quiet;  // no HTTP: scrape() alone
+    auto endpoint = MetricsEndpoint::start(quiet);
+    if (!endpoint.ok()) return 1;
+    (*endpoint)->add_publisher(*rig.publisher, "trainer");
+    (*endpoint)->add_subscriber(*rig.subscriber, "generator");
+    std::vector<double> scrape_us;
+    std::size_t scrape_bytes = 0;
+    for (int i = 0; i < 201; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      scrape_bytes = (*endpoint)->scrape().size();
+      scrape_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::vector<double> snapshot_ns;
+    for (int i = 0; i < 201; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int k = 0; k < 1000; ++k) {
+        const SubscriberStats s = rig.subscriber->stats_snapshot();
+        if (s.pulls == UINT64_MAX) std::printf("-");
+      }
+      snapshot_ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+                            1000.0);
+    }
+    const double pull_s = static_cast<double>(bytes) / (median(gbps["off"]) * 1e9);
+    std::printf("scrape(): median %.1f us over 201 (%zu bytes); every 100 ms that is %.3f%% of one core\n",
+                median(scrape_us), scrape_bytes, median(scrape_us) / 1e5 * 100.0);
+    std::printf("stats_snapshot(): median %.1f ns; per pull of %.2f ms that is %.5f%%\n", median(snapshot_ns),
+                pull_s * 1e3, median(snapshot_ns) * 1e-9 / pull_s * 100.0);
   }
   const double base = median(gbps["off"]);
   std::map<std::string, std::vector<double>> ratios;
