@@ -18,6 +18,9 @@
 //   `options.request_timeout`; further connections wait in a queue of
 //   `options.queue` and are refused beyond it. The server's threads never
 //   touch the publisher's or subscriber's own threads.
+// - The destructor stops the server and joins its threads: up to about 2 s
+//   (civetweb's master thread polls its socket in 2 s quanta), so stop it
+//   with the program, not per step.
 // - Sources: add_*() registers an object by reference under a `source` label
 //   value (e.g. "trainer", "relay"). The object must outlive the endpoint, or
 //   be removed with remove() first; remove() returns once no scrape reads it.
