@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 201; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       scrape_bytes = (*endpoint)->scrape().size();
-      scrape_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      scrape_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::vector<double> snapshot_ns;
     for (int i = 0; i < 201; ++i) {
@@ -162,8 +163,8 @@ int main(int argc, char** argv) {
         const SubscriberStats s = rig.subscriber->stats_snapshot();
         if (s.pulls == UINT64_MAX) std::printf("-");
       }
-      snapshot_ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
-                            1000.0);
+      snapshot_ns.push_back(
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / 1000.0);
     }
     const double pull_s = static_cast<double>(bytes) / (median(gbps["off"]) * 1e9);
     std::printf("scrape(): median %.1f us over 201 (%zu bytes); every 100 ms that is %.3f%% of one core\n",

@@ -226,7 +226,8 @@ TEST_CASE("metrics: idle connections to the endpoint hold back no pull and are d
   // through within about that timeout.
   std::vector<int> holders;
   for (std::size_t i = 0; i < options.threads; ++i) {
-    holders.push_back(open_idle_connection("127.0.0.1", port_of(endpoint->address()), std::chrono::seconds(1)));
+    holders.push_back(
+        open_idle_connection("127.0.0.1", port_of(endpoint->address()), std::chrono::seconds(1)));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   start = std::chrono::steady_clock::now();
