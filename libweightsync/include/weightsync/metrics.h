@@ -7,17 +7,22 @@
 //   off unless a program starts one; an address without a host binds
 //   127.0.0.1 (loopback), so exposing it beyond the host is an explicit
 //   choice ("0.0.0.0:9464"). An empty address serves nothing: scrape() only.
-// - Nothing is counted for the endpoint on the pull or publish path: every
-//   value is read from the sources' stats() when a scrape arrives. (The pull
-//   latency buckets are in SubscriberStats, counted by the Subscriber itself.)
+// - Nothing is counted for the endpoint on the publish path: every value is
+//   read from the sources' stats() when a scrape arrives. A Subscriber is
+//   read through stats_snapshot() (as of its last successful pull); its pull
+//   latency buckets (SubscriberStats) and that snapshot are the only work on
+//   the pull path, done by the Subscriber whether or not an endpoint exists:
+//   a scan of 15 bounds and a copy under an uncontended mutex per pull.
 // - Unauthenticated by design (the Prometheus convention), so it exposes no
 //   secret, key, host address, memory address or error text: counters,
 //   gauges, the pull latency histogram, and label values the program chose
 //   (`source`) or the library names (`transport`). A scraper cannot hold
 //   more than `options.threads` server threads, each for at most
 //   `options.request_timeout`; further connections wait in a queue of
-//   `options.queue` and are refused beyond it. The server's threads never
-//   touch the publisher's or subscriber's own threads.
+//   `options.queue`, then in the kernel's listen backlog (the accepting
+//   thread waits for room). The server's threads are not the publisher's:
+//   a held endpoint delays scrapes, never pulls. prometheus-cpp adds its own
+//   exposer_* metrics (scrapes, bytes, latencies) to each scrape.
 // - The destructor stops the server and joins its threads: up to about 2 s
 //   (civetweb's master thread polls its socket in 2 s quanta), so stop it
 //   with the program, not per step.
