@@ -55,6 +55,10 @@
 #                             narrow/'s ConvertingPublisher (its staging and
 #                             converter thread) and keeps some tensors in
 #                             bfloat16 with narrow.h's kernels.
+#   metrics                   the /metrics endpoint: reads the stats() of
+#                             publishers, subscribers, groups, relays and
+#                             staged updates at scrape time, so it sits on
+#                             top of all of them (weightsync/metrics.h).
 #
 # Public headers (libweightsync/include/weightsync/*.h) are vocabulary that any
 # folder may include, except those listed in `public_homes`: they belong to the
@@ -82,7 +86,7 @@ if(NOT INCLUDE)
 endif()
 get_filename_component(LIBROOT "${SRC}/.." ABSOLUTE)
 
-set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged < fp8")
+set(order "common < memory, layout < cuda, ring, net < wire < auth < transport, delta < publisher, subscriber < narrow, sharding, relay, settings, staged < fp8, metrics")
 # Public headers that belong to an upper layer: header=folder ("-": none).
 set(public_homes
   "cuda.h=cuda"
@@ -97,6 +101,7 @@ set(public_homes
   "rank_puller.h=sharding"
   "relay.h=relay"
   "staged_updates.h=staged"
+  "metrics.h=metrics"
   "weightsync.h=-")
 # The folders of libweightsync/ this script covers.
 set(covered_roots src include)

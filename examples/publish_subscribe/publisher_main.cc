@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "synthetic_weights.h"
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
   app.add_option("--bind", bind, "Bind address (non-loopback needs WEIGHTSYNC_SECRET)")
       ->capture_default_str();
   app.add_option("--address-file", address_file, "Write host:port here once listening");
+  std::string metrics_address;
+  app.add_option("--metrics-address", metrics_address,
+                 "Serve Prometheus /metrics on HOST:PORT (a bare :PORT binds 127.0.0.1; off by default)");
   CLI11_PARSE(app, argc, argv);
 
   std::signal(SIGINT, on_signal);
@@ -59,6 +63,19 @@ int main(int argc, char** argv) {
   if (!publisher.ok()) {
     std::fprintf(stderr, "publisher: %s\n", publisher.status().to_string().c_str());
     return 2;
+  }
+  std::unique_ptr<weightsync::MetricsEndpoint> metrics;
+  if (!metrics_address.empty()) {
+    weightsync::MetricsOptions mopts;
+    mopts.address = metrics_address;
+    auto started = weightsync::MetricsEndpoint::start(mopts);
+    if (!started.ok()) {
+      std::fprintf(stderr, "publisher: %s\n", started.status().to_string().c_str());
+      return 2;
+    }
+    metrics = std::move(*started);
+    metrics->add_publisher(**publisher, "trainer");
+    std::printf("publisher: metrics on http://%s/metrics\n", metrics->address().c_str());
   }
   const std::string address = (*publisher)->address();
   std::printf("publisher: listening on %s (%zu slots x %llu bytes, %zu tensors)\n", address.c_str(),

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "synthetic_weights.h"
@@ -21,6 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-s", timeout_s, "Give up waiting for a new version after this long")
       ->capture_default_str();
   app.add_flag("--contiguous", contiguous, "Pull into one region instead of one buffer per tensor");
+  std::string metrics_address;
+  app.add_option("--metrics-address", metrics_address,
+                 "Serve Prometheus /metrics on HOST:PORT (a bare :PORT binds 127.0.0.1; off by default)");
   CLI11_PARSE(app, argc, argv);
 
   weightsync::SubscriberOptions options;
@@ -29,6 +33,19 @@ int main(int argc, char** argv) {
   if (!sub.ok()) {
     std::fprintf(stderr, "subscriber: %s\n", sub.status().to_string().c_str());
     return 2;
+  }
+  std::unique_ptr<weightsync::MetricsEndpoint> metrics;
+  if (!metrics_address.empty()) {
+    weightsync::MetricsOptions mopts;
+    mopts.address = metrics_address;
+    auto started = weightsync::MetricsEndpoint::start(mopts);
+    if (!started.ok()) {
+      std::fprintf(stderr, "subscriber: %s\n", started.status().to_string().c_str());
+      return 2;
+    }
+    metrics = std::move(*started);
+    metrics->add_subscriber(**sub, "generator");
+    std::printf("subscriber: metrics on http://%s/metrics\n", metrics->address().c_str());
   }
   const weightsync::WeightLayout& layout = (*sub)->layout();
   std::printf("subscriber: connected over %s; layout has %zu tensors, %llu bytes\n",

@@ -86,6 +86,11 @@ struct PublisherStats {
   std::uint64_t handshakes_active = 0;      // connections not yet authenticated
   std::uint64_t handshakes_timed_out = 0;   // closed for not authenticating in time
   std::uint64_t sessions_idle_closed = 0;   // closed by idle_timeout_ms
+  // The slowest reader of the newest version a reader has finished with: the
+  // longest time from granting a lease on it to its release (a reader's
+  // whole pull of it, as the publisher sees it). 0 until a lease is released.
+  std::uint64_t slowest_reader_version = 0;
+  double slowest_reader_seconds = 0.0;
   // Delta versions (PublisherOptions::deltas): deltas encoded, chains sent,
   // and the newest delta's compressed size and copy + encode time.
   std::uint64_t deltas_computed = 0;

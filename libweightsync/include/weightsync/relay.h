@@ -99,6 +99,10 @@ struct RelayStats {
   bool upstream_connected = true;      // false while every upstream is being retried
   std::string upstream_error;          // the last upstream error ("" if none yet)
   std::uint64_t versions_skipped = 0;  // versions the relay's ring could not take (FullRingPolicy::kSkip)
+  // Lag: the newest version the upstream announced, and for the version
+  // forwarded last the time from its announcement to its commit here.
+  std::uint64_t upstream_latest_version = 0;
+  double forward_lag_seconds = 0.0;
 };
 
 class Relay {

@@ -44,9 +44,11 @@
 //   checked to be device memory of the current device (cudaPointerGetAttributes).
 // - Threads: a Subscriber has no threads of its own; every call runs on the
 //   caller's thread and blocks at most for its timeout. Use one Subscriber from
-//   one thread at a time. The progress callback runs on the caller's thread.
+//   one thread at a time (stats_snapshot() excepted: any thread). The progress
+//   callback runs on the caller's thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -170,6 +172,12 @@ struct PullResult {
   std::uint64_t wire_bytes = 0;    // bytes received for it: `bytes`, or the compressed deltas
 };
 
+// The upper bounds (seconds) of SubscriberStats' pull latency buckets, the
+// last bucket being everything above the last bound.
+inline constexpr double kPullSecondsBounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+inline constexpr std::size_t kPullSecondsBuckets = sizeof(kPullSecondsBounds) / sizeof(double) + 1;
+
 struct SubscriberStats {
   std::uint64_t pulls = 0;          // successful pulls
   std::uint64_t retries = 0;        // discarded attempts (revoked, torn, corrupt) of successful pulls
@@ -185,6 +193,12 @@ struct SubscriberStats {
   std::uint64_t signatures_verified = 0;     // pulls whose bytes matched the trainer's signature
   std::uint64_t signatures_refused = 0;      // versions refused: no, a wrong, or a foreign signature, or bytes that differ
   double verify_seconds = 0.0;               // time spent fetching and checking signatures (all pulls)
+  // PullResult::seconds of successful pulls: pull_seconds_counts[i] counts
+  // those in (kPullSecondsBounds[i-1], kPullSecondsBounds[i]], the last one
+  // those above every bound (a Prometheus histogram's buckets, not cumulative).
+  std::array<std::uint64_t, kPullSecondsBuckets> pull_seconds_counts{};
+  double pull_seconds_sum = 0.0;
+  std::uint64_t held_version = 0;  // held_version() when the stats were taken
 };
 
 // A Destination checked, expanded into its list of reads and, for a partial
@@ -277,6 +291,11 @@ class Subscriber {
   // OK, or the sticky connection error.
   Status status() const;
   SubscriberStats stats() const;
+  // The one method callable from any thread, concurrently with the others:
+  // stats() as of the end of the last successful pull (a metrics scrape
+  // reads this; the pulling thread copies its stats under a mutex once per
+  // pull).
+  SubscriberStats stats_snapshot() const;
 
   class Impl;
 

@@ -13,6 +13,7 @@
 #include "weightsync/layout.h"
 #include "weightsync/log.h"
 #include "weightsync/memory.h"
+#include "weightsync/metrics.h"
 #include "weightsync/narrow.h"
 #include "weightsync/options.h"
 #include "weightsync/publisher.h"

@@ -285,6 +285,8 @@ PublisherStats Publisher::Impl::stats() const {
   stats.leases_expired = counted.expired;
   stats.leases_granted = counted.granted;
   stats.leases_active = counted.active;
+  stats.slowest_reader_version = counted.slowest_release_version;
+  stats.slowest_reader_seconds = counted.slowest_release_seconds;
   const detail::PublisherServer* serving = server ? server.get() : shared_server;
   const auto& c = serving->counters();
   stats.connections_active = c.connections_active.load();

@@ -62,6 +62,20 @@ class Relay::Impl {
   Clock::time_point last_warn{};
 
   void run();
+  // The upstream announced `version` (relay lag, metrics): when, for forward_lag_seconds.
+  Clock::time_point note_announced(std::uint64_t version) {
+    std::lock_guard<std::mutex> lock(mu);
+    counters.upstream_latest_version = std::max(counters.upstream_latest_version, version);
+    return Clock::now();
+  }
+  // `version` committed here: the counters, and its lag since `announced`.
+  void note_forwarded(std::uint64_t version, std::uint64_t bytes, Clock::time_point announced) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++counters.versions_forwarded;
+    counters.bytes_received += bytes;
+    counters.latest_version = version;
+    counters.forward_lag_seconds = std::chrono::duration<double>(Clock::now() - announced).count();
+  }
   // One wait + forward. OK also when nothing new came; not OK: the upstream's
   // error (with upstream_fault set when the relay itself found it at fault).
   // Throws only for the relay's own failures (its ring refusing a slot or a
@@ -244,6 +258,7 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
     if (next.status().code() == ErrorCode::kTimeout && sub.status().ok()) return Status();
     return next.status();
   }
+  const Clock::time_point announced = note_announced(*next);
   auto writer = publisher->begin_forwarding(*next);
   if (!writer.ok()) {
     if (writer.status().code() == ErrorCode::kBusy) {  // kSkip policy, every slot read by someone
@@ -327,12 +342,7 @@ Status Relay::Impl::forward_once(Subscriber& sub) {
                                                           ? std::optional<std::uint64_t>(pulled->checksum)
                                                           : std::nullopt);
   if (!committed.ok()) throw std::runtime_error("committing: " + committed.status().to_string());
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    ++counters.versions_forwarded;
-    counters.bytes_received += pulled->bytes;
-    counters.latest_version = pulled->version;
-  }
+  note_forwarded(pulled->version, pulled->bytes, announced);
   cv.notify_all();
   return Status();
 }

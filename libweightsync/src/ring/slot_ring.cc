@@ -386,7 +386,15 @@ void SlotRing::drop_lease_locked(std::unordered_map<std::uint64_t, Lease>::itera
 void SlotRing::release(std::uint64_t session, std::uint64_t lease_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(lease_id);
-  if (it != leases_.end() && it->second.session == session) drop_lease_locked(it);
+  if (it == leases_.end() || it->second.session != session) return;
+  const Lease& lease = it->second;
+  if (!lease.revoked && lease.version >= counters_.slowest_release_version) {
+    const double held = std::chrono::duration<double>(Clock::now() - lease.granted).count();
+    if (lease.version > counters_.slowest_release_version) counters_.slowest_release_seconds = 0.0;
+    counters_.slowest_release_version = lease.version;
+    counters_.slowest_release_seconds = std::max(counters_.slowest_release_seconds, held);
+  }
+  drop_lease_locked(it);
 }
 
 void SlotRing::release_session(std::uint64_t session) {

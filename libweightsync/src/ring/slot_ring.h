@@ -78,6 +78,10 @@ struct RingStats {
   std::uint64_t expired = 0;    // of those, leases at least lease_timeout old
   std::uint64_t granted = 0;    // leases granted
   std::uint64_t active = 0;     // live (granted, not revoked, not released)
+  // The slowest reader of the newest version any reader released: the
+  // longest grant-to-release time among its released leases (metrics).
+  std::uint64_t slowest_release_version = 0;
+  double slowest_release_seconds = 0.0;
 };
 
 // The state of a (streaming) lease for WAIT_WATERMARK and bounded READs.

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "subscriber/control_client.h"
 #include "subscriber/negotiation.h"
+#include "subscriber/pull_histogram.h"
 #include "subscriber/subscriber_impl.h"
 #include "subscriber/subscriber_settings.h"
 #include "wire/stream_messages.h"
@@ -188,7 +189,22 @@ SubscriberStats Subscriber::stats() const {
   SubscriberStats s = impl_->stats;
   s.registrations = impl_->staging ? impl_->staging->registrations() : impl_->channel->registrations();
   s.registrations_released = impl_->channel->released_registrations();
+  s.held_version = impl_->held_version;
   return s;
+}
+
+SubscriberStats Subscriber::stats_snapshot() const {
+  std::lock_guard<std::mutex> lock(impl_->shared_mu);
+  return impl_->shared_stats;
+}
+
+void Subscriber::Impl::share_stats() {
+  SubscriberStats s = stats;
+  s.registrations = staging ? staging->registrations() : channel->registrations();
+  s.registrations_released = channel->released_registrations();
+  s.held_version = held_version;
+  std::lock_guard<std::mutex> lock(shared_mu);
+  shared_stats = s;
 }
 
 Status Subscriber::status() const {
@@ -348,9 +364,11 @@ void Subscriber::Impl::record_delta_pull(const PullRun& run, PullResult& result)
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start - run.waited).count();
   held_version = result.version;
   ++stats.pulls;
+  detail::count_pull_seconds(stats, result.seconds);
   ++stats.delta_pulls;
   stats.bytes += result.bytes;
   stats.delta_bytes += result.wire_bytes;
+  share_stats();
 }
 
 void Subscriber::Impl::record_full_pull(const PullRun& run, PullResult& result) {
@@ -361,10 +379,12 @@ void Subscriber::Impl::record_full_pull(const PullRun& run, PullResult& result) 
   held_version = result.version;
   result.wire_bytes = result.bytes;
   ++stats.pulls;
+  detail::count_pull_seconds(stats, result.seconds);
   if (run.delta_fell_back) ++stats.delta_fallbacks;
   if (run.staged) ++stats.staged_pulls;
   stats.retries += run.retries;
   stats.bytes += result.bytes;
+  share_stats();
 }
 Result<PullResult> Subscriber::pull(const Destination& destination, const PullOptions& options) try {
   if (!impl_->sticky.ok()) return impl_->sticky;

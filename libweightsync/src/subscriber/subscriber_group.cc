@@ -165,6 +165,9 @@ SubscriberStats SubscriberGroup::stats() const {
     sum.streamed_pulls += s.streamed_pulls;
     sum.registrations_released += s.registrations_released;
     sum.views += s.views;
+    for (std::size_t b = 0; b < kPullSecondsBuckets; ++b)
+      sum.pull_seconds_counts[b] += s.pull_seconds_counts[b];
+    sum.pull_seconds_sum += s.pull_seconds_sum;
   }
   return sum;
 }

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -75,6 +76,11 @@ class Subscriber::Impl {
   std::uint64_t held_version = 0;
   Status sticky;
   SubscriberStats stats;
+  // stats() as of the last successful pull, for other threads
+  // (stats_snapshot(): metrics scrapes); written by share_stats().
+  mutable std::mutex shared_mu;
+  SubscriberStats shared_stats;
+  void share_stats();
   // Pulls into CUDA memory over a channel that cannot write it: `channel`
   // behind page-locked staging chunks, made on first use.
   std::unique_ptr<detail::StagingChannel> staging;
