@@ -208,9 +208,11 @@ TEST_CASE("metrics: idle connections to the endpoint hold back no pull and are d
   }
   CHECK(idle.size() >= 8);
   // The publisher serves every pull as before, quickly, and no thread was
-  // started for them.
+  // started for them (one each would add up to 64; the publisher's worker
+  // pool may grow by a thread or two on its own when pulls overlap, as they
+  // do under the sanitizers' slower runs).
   for (std::uint64_t v = 2; v <= 5; ++v) pull_once(v);
-  CHECK(thread_count() == threads_before);
+  CHECK(thread_count() <= threads_before + 3);
   for (int fd : idle) ::close(fd);
   // Once they hang up, the endpoint serves again (bounded wait).
   auto start = std::chrono::steady_clock::now();

@@ -12,8 +12,12 @@
 // GCC on x86-64 compiles the quantizing loops three times (AVX-512, AVX2,
 // SSE2) and picks one at load time by the CPU (an ifunc): 1.7 GB/s with
 // SSE2 only, 3.0 with AVX2, 4.0 with AVX-512 on the development machine
-// (docs/perf/formats-fp8.md). Elsewhere, one baseline build.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (docs/perf/formats-fp8.md). Elsewhere, one baseline build; also under the
+// sanitizers: an ifunc resolver runs while the dynamic loader relocates,
+// before the sanitizer runtime is up, and TSan's instrumented resolver
+// crashes there (GCC defines __SANITIZE_THREAD__ / __SANITIZE_ADDRESS__).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define WS_FP8_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define WS_FP8_CLONES
