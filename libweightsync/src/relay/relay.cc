@@ -74,6 +74,9 @@ class Relay::Impl {
     ++counters.versions_forwarded;
     counters.bytes_received += bytes;
     counters.latest_version = version;
+    // The pull may lease a newer version than the one announced (it takes the
+    // newest): the upstream has announced at least what we forwarded.
+    counters.upstream_latest_version = std::max(counters.upstream_latest_version, version);
     counters.forward_lag_seconds = std::chrono::duration<double>(Clock::now() - announced).count();
   }
   // One wait + forward. OK also when nothing new came; not OK: the upstream's
