@@ -220,6 +220,8 @@ stage_configure() {
     echo "configure: libtorch from $tp"
   fi
   rm -rf "$GPU_CHECK_BUILD"
+  # No CUDA sources are compiled; this keeps libtorch's CMake from probing the GPU for them.
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
   cmake -S "$GPU_CHECK_ROOT" -B "$GPU_CHECK_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DCMAKE_PREFIX_PATH="$GPU_CHECK_PREFIX/usr" -DOPENSSL_ROOT_DIR="$GPU_CHECK_PREFIX/usr" \
@@ -243,6 +245,7 @@ stage_configure() {
 }
 
 stage_build() {
+  use_prefix  # the linker resolves the carried libraries' own needs through it
   if dry; then
     # The CUDA objects, compiled against the prefix's headers and the toolkit.
     local objects
