@@ -83,10 +83,15 @@ export GPU_CHECK_BUILD="$build" GPU_CHECK_RUN_BUILD="$run_build" GPU_CHECK_JOBS=
 export GPU_CHECK_TORCH_PREFIX="$torch_prefix" GPU_CHECK_PYTHON="$python"
 
 # What the full run builds, and the tests it selects (ctest -R).
-export GPU_CHECK_TARGETS="weightsync-info ws_integration_tests ws_conformance ws_test_peer ws_test_relay \
-weightsync-bench trainer generator zorplex-sft ws_loop_tests"
+# The libtorch targets first: their precompiled header and trainer_main.cc are
+# the build's critical path (docs/gpu.md, "Time budget").
+export GPU_CHECK_TARGETS="trainer generator zorplex-sft ws_loop_tests weightsync-info ws_integration_tests \
+ws_conformance ws_test_peer ws_test_relay weightsync-bench"
+# Tests at a time in the full run (16 cores; one GPU shared); serial in the dry run.
+export GPU_CHECK_CTEST_JOBS=8
+[ "$mode" = dry-run ] && GPU_CHECK_CTEST_JOBS=1
 export GPU_CHECK_CUDA_TESTS='CUDA|cuda|device publish|on a GPU|--gpu|--device cuda'
-export GPU_CHECK_CUDA_TESTS_MIN=20
+export GPU_CHECK_CUDA_TESTS_MIN=16
 export GPU_CHECK_CONFORMANCE='^conformance (ucx-[a-z-]+|shm|tcp): pulls into CUDA memory$|^conformance cuda-ipc: '
 export GPU_CHECK_CONFORMANCE_COUNT=17
 # Skips that are right on a GPU machine too: CUDA slots carry no checksum; the
@@ -119,7 +124,8 @@ ctest_selection() {
   fi
   [ "${n:-0}" -ge "$min" ] || { echo "$label: expected at least $min tests:"; echo "$listed"; return 1; }
   log="$GPU_CHECK_WORK/ctest-$label.txt"
-  (cd "$GPU_CHECK_RUN_BUILD" && ctest -R "$regex" "${exclude[@]}" --output-on-failure --timeout 120) | tee "$log"
+  (cd "$GPU_CHECK_RUN_BUILD" && ctest -R "$regex" "${exclude[@]}" -j "$GPU_CHECK_CTEST_JOBS" --output-on-failure \
+     --timeout 120) | tee "$log"
   rc=${PIPESTATUS[0]}
   skipped="$(grep -E '\*\*\*Skipped|Not Run' "$log" | sed 's/.*Test *#[0-9]*: //')"
   if ! dry; then
@@ -280,7 +286,7 @@ stage_cuda_tests() {
     "$b/tools/weightsync-info" --json >"$GPU_CHECK_WORK/info.json" || return 1
     grep -q '"cuda"' "$GPU_CHECK_WORK/info.json" || { echo "weightsync-info --json has no cuda"; return 1; }
     grep -q 'WEIGHTSYNC_WITH_CUDA:STRING=\(AUTO\|ON\)' "$b/CMakeCache.txt" &&
-      grep -q '^CUDAToolkit_LIBRARY_DIR' "$b/CMakeCache.txt" || { echo "the build in $b has no CUDA"; return 1; }
+      grep -q '^CUDA_CUDART:FILEPATH=/' "$b/CMakeCache.txt" || { echo "the build in $b has no CUDA"; return 1; }
   fi
   ctest_selection cuda-tests "$GPU_CHECK_CUDA_TESTS" "$GPU_CHECK_CUDA_TESTS_MIN" || rc=1
   # The [cuda] Catch2 cases that return early without a device say "not run":
@@ -337,6 +343,23 @@ stage_figures() {
     echo "$msg"
     [ "$r" -eq 2 ] && echo "$msg" | grep -q -- "--gpu on, but" ||
       { echo "figures: --gpu on without a GPU: exit $r, expected 2 with the reason"; rc=1; }
+    # The report reads a real bench JSON: the one the cuda-tests stage's
+    # "--gpu auto" test wrote gives three figures not measured, with its reason.
+    local auto="$b/tests/bench-work/gpu-auto.json"
+    if [ -f "$auto" ]; then
+      printf 'figures\tpass\t1\t1\tfigures.log\t\n' >"$GPU_CHECK_WORK/figures-probe.tsv"
+      "$GPU_CHECK_PYTHON" "$GPU_CHECK_ROOT/scripts/gpu_check_report.py" compose --mode full \
+        --stages "$GPU_CHECK_WORK/figures-probe.tsv" --facts /dev/null --bench-gpu "$auto" \
+        --out "$GPU_CHECK_WORK/figures-probe.json" &&
+      "$GPU_CHECK_PYTHON" -c 'import json, sys
+f = json.load(open(sys.argv[1]))["figures"]
+gpu = [f[n] for n in ("publish_from_device", "staged_pull", "cuda_ipc")]
+assert all(x["status"] == "not-measured" and "CUDA" in x.get("why", "") for x in gpu), gpu
+print("figures: the bench JSON of --gpu auto reads as not measured:", gpu[0]["why"])' "$GPU_CHECK_WORK/figures-probe.json" ||
+        { echo "figures: the report could not read $auto"; rc=1; }
+    else
+      echo "figures: no $auto (the cuda-tests stage writes it)"; rc=1
+    fi
     return $rc
   fi
   # Three figures: the GPU rows at 64 MiB beside their cudaMemcpy limits.
