@@ -24,7 +24,7 @@ import statistics
 import sys
 
 STAGES = ["preflight", "unpack", "configure", "build", "cuda-tests", "conformance-device",
-          "sanitizer", "figures", "rl-loop"]
+          "figures", "rl-loop", "sanitizer"]
 LOGS = ["setup.log", "build.log", "tests.log", "sanitizer.log", "figures.log", "rl.log"]
 OUT_FILES = set(LOGS) | {"summary.txt", "gpu-check.json"}
 MAX_OUT_FILES = 8
@@ -99,7 +99,9 @@ def gpu_figures(path):
         if not detail:
             out[name] = figure(name, "not-measured", why=gpu.get("not_measured") or f"no {mode} row >= 64 MiB")
         elif len(ratios) < len(detail):
-            out[name] = figure(name, "not-measured", why="a row has no ratio to its limit", detail=detail)
+            reasons = [d["not_measured"] or d["error"] for d in detail if not finite(d["ratio"])]
+            why = gpu.get("not_measured") or next((r for r in reasons if r), "a row has no ratio to its limit")
+            out[name] = figure(name, "not-measured", why=why, detail=detail)
         else:
             out[name] = judged(name, min(ratios), detail)
     return out

@@ -19,7 +19,7 @@ diff <("$source/scripts/gpu-check.sh" --list-stages) <("$python" "$report" stage
   fail "gpu-check.sh --list-stages differs from gpu_check_report.py stages"
 
 stages_tsv() {  # stages_tsv STATUS
-  local logs=(setup.log setup.log setup.log build.log tests.log tests.log sanitizer.log figures.log rl.log) i=0
+  local logs=(setup.log setup.log setup.log build.log tests.log tests.log figures.log rl.log sanitizer.log) i=0
   for s in $("$python" "$report" stages); do
     printf '%s\t%s\t%s\t%s\t%s\t\n' "$s" "$1" 3 60 "${logs[$i]}"
     i=$((i + 1))
@@ -79,6 +79,13 @@ echo '{"gpu": {"measured": false, "not_measured": "no CUDA driver", "records": [
   --bench-gpu "$work/none.json" --out "$work/none-report.json"
 "$python" "$report" validate "$work/none-report.json" >/dev/null || fail "a not-measured report does not validate"
 grep -q '"why": "no CUDA driver"' "$work/none-report.json" || fail "the not-measured reason is lost"
+
+# Rows present but not measured (the bench without a device): each row's reason.
+echo '{"gpu": {"measured": false, "records": [{"gpu_mode": "cuda_ipc", "size_bytes": 67108864, "gbps_median": null, "ratio_to_limit": null, "not_measured": "no device here"}]}}' >"$work/rows.json"
+"$python" "$report" compose --mode full --stages "$work/full.tsv" --facts "$work/facts.env" \
+  --bench-gpu "$work/rows.json" --out "$work/rows-report.json"
+"$python" "$report" validate "$work/rows-report.json" >/dev/null || fail "a report of unmeasured rows does not validate"
+grep -q '"why": "no device here"' "$work/rows-report.json" || fail "a row's not-measured reason is lost"
 
 # Mutations the validator must refuse.
 mutate() {  # mutate NAME BASE PYTHON-EXPRESSION-ON-r
