@@ -137,20 +137,35 @@ ctest_selection() {
   fi
   return "$rc"
 }
-export -f say fact dry use_prefix ctest_selection
+# deb_extract DEB DIR: dpkg-deb -x, or its data member through ar and tar where dpkg is missing.
+deb_extract() {
+  if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$2"; return; fi
+  local member
+  member="$(ar t "$1" | grep '^data\.tar')" || return 1
+  case "$member" in
+    *.xz) ar p "$1" "$member" | tar -xJ -C "$2" ;;
+    *.zst) ar p "$1" "$member" | tar --zstd -x -C "$2" ;;
+    *.gz) ar p "$1" "$member" | tar -xz -C "$2" ;;
+    *) ar p "$1" "$member" | tar -x -C "$2" ;;
+  esac
+}
+export -f say fact dry use_prefix ctest_selection deb_extract
 
 stage_preflight() {
   local missing=()
   say "machine: $(uname -m), $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), $(nproc) cores"
   ldd --version 2>&1 | head -1
-  for tool in c++ cmake ninja nvcc dpkg-deb readelf timeout; do
-    if command -v "$tool" >/dev/null || { [ "$tool" = nvcc ] && [ -x /usr/local/cuda/bin/nvcc ]; }; then
-      echo "$tool: $(command -v "$tool" || echo /usr/local/cuda/bin/nvcc)"
+  # dpkg-deb, or ar and tar to unpack a .deb without it.
+  for tool in c++ cmake ctest ninja nvcc readelf timeout dpkg-deb; do
+    if command -v "$tool" >/dev/null || { [ "$tool" = nvcc ] && [ -x /usr/local/cuda/bin/nvcc ]; } ||
+       { [ "$tool" = c++ ] && command -v g++ >/dev/null; } ||
+       { [ "$tool" = dpkg-deb ] && command -v ar >/dev/null && command -v tar >/dev/null; }; then
+      echo "$tool: $(command -v "$tool" || echo "(an alternative)")"
     else
       missing+=("$tool")
     fi
   done
-  c++ --version 2>&1 | head -1; cmake --version | head -1
+  { c++ --version || g++ --version; } 2>&1 | head -1; cmake --version | head -1
   local nvcc; nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
   "$nvcc" --version 2>&1 | tail -2
   fact cuda_toolkit "$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
@@ -188,7 +203,7 @@ stage_unpack() {
     n=$(compgen -G "$GPU_CHECK_DEBS/${p}_*.deb" | wc -l)
     [ "$n" -eq 1 ] || { echo "unpack: no .deb for $p in $GPU_CHECK_DEBS (run scripts/fetch-gpu-packages.sh here, and carry .gpu-debs)"; return 1; }
   done
-  for f in "$GPU_CHECK_DEBS"/*.deb; do dpkg-deb -x "$f" "$GPU_CHECK_PREFIX" || { echo "unpack: $f failed"; return 1; }; done
+  for f in "$GPU_CHECK_DEBS"/*.deb; do deb_extract "$f" "$GPU_CHECK_PREFIX" || { echo "unpack: $f failed"; return 1; }; done
   echo "unpack: ${#packages[@]} packages into $GPU_CHECK_PREFIX ($(du -sh "$GPU_CHECK_PREFIX" | cut -f1))"
   # Relocate what names /usr: UCX's CMake targets and the pkg-config files.
   lib="$GPU_CHECK_PREFIX/usr/lib/x86_64-linux-gnu"
@@ -233,7 +248,7 @@ stage_configure() {
   cmake -S "$GPU_CHECK_ROOT" -B "$GPU_CHECK_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DCMAKE_PREFIX_PATH="$GPU_CHECK_PREFIX/usr" -DOPENSSL_ROOT_DIR="$GPU_CHECK_PREFIX/usr" \
-    -DCUDAToolkit_ROOT="$cuda_root" -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCUDAToolkit_ROOT="$cuda_root" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
     -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_TORCH=ON -DWEIGHTSYNC_WITH_UCX=ON -DWEIGHTSYNC_WITH_VERBS=OFF \
     -DWEIGHTSYNC_WITH_PYTHON=OFF -DWEIGHTSYNC_WITH_METRICS=OFF -DWEIGHTSYNC_BUILD_EXAMPLES=OFF \
     "${torch_args[@]}" ${GPU_CHECK_CMAKE_ARGS:-} || return 1
