@@ -263,7 +263,7 @@ stage_configure() {
       *) echo "configure: $dep = '$value' is not in the prefix $GPU_CHECK_PREFIX"; bad=1 ;;
     esac
   done
-  echo "configure: CUDA from $cuda_root, $(sed -n 's/^Torch_DIR:PATH=//p' "$cache" | head -1) for libtorch"
+  echo "configure: CUDA from $cuda_root, $(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$cache" | head -1) for libtorch"
   return $bad
 }
 
