@@ -144,9 +144,10 @@ if [ -z "$trainer_host" ] && [ "$launcher" = srun ] && command -v scontrol >/dev
 fi
 [ -n "$trainer_host" ] || die "WS_LAUNCH_TRAINER_HOST is not set (rank 0's host; mpirun -x WS_LAUNCH_TRAINER_HOST=HOST)"
 [[ "$trainer_host" =~ ^[A-Za-z0-9._-]{1,253}$ ]] || die "WS_LAUNCH_TRAINER_HOST '$trainer_host' is not a host name or IPv4 address"
-trainer_addresses="$(getent ahostsv4 "$trainer_host" 2>/dev/null | awk '{print $1}' | sort -u)"
+trainer_addresses="$( (getent ahostsv4 "$trainer_host" 2>/dev/null || true) | awk '{print $1}' | sort -u)"
 [ -n "$trainer_addresses" ] || die "the trainer's host '$trainer_host' does not resolve on this host"
-local_addresses="$(ip -o -4 addr show 2>/dev/null | awk '{split($4, a, "/"); print a[1]}' | sort -u)"
+local_addresses="$( (ip -o -4 addr show 2>/dev/null || true) | awk '{split($4, a, "/"); print a[1]}' | sort -u)"
+[ -n "$local_addresses" ] || local_addresses="$( (hostname -I 2>/dev/null || true) | tr ' ' '\n' | sed '/^$/d' | sort -u)"
 on_trainer_host=""
 [ -z "$(comm -12 <(echo "$trainer_addresses") <(echo "$local_addresses"))" ] || on_trainer_host=1
 
@@ -240,12 +241,15 @@ while :; do
     stop_child TERM
     exit 124
   fi
-  if [ "$rank" -ne 0 ] && [ "$(cat "$done_file" 2>/dev/null || true)" = "$job" ]; then
+  if [ "$rank" -ne 0 ] && [ "$(head -c 128 "$done_file" 2>/dev/null || true)" = "$job" ]; then
     say "the trainer is done (job $job): stopping generator $id"
     stop_child TERM
     rc=0
     wait "$child" 2>/dev/null || rc=$?
     child=""
+    # Stopped as asked: the generator exits 0, or 143 when the signal came
+    # before it set its handler (still loading).
+    [ "$rc" -ne 143 ] || rc=0
     break
   fi
   sleep 0.5
