@@ -171,9 +171,9 @@ else
       sources="127.0.0.1:$relay_port,$trainer_weights" wait_relay=1
     fi
   fi
-  role="generator $id"
-  [ ${#relay[@]} -eq 0 ] || role="$role, relaying for this host at 127.0.0.1:$relay_port"
-  [ -z "$wait_relay" ] || role="$role, from this host's relay"
+  role="generator $id, from the trainer"
+  [ ${#relay[@]} -eq 0 ] || role="generator $id, relaying for this host at 127.0.0.1:$relay_port"
+  [ -z "$wait_relay" ] || role="generator $id, from this host's relay"
   share=$(((batch_groups + generators - 1) / generators))
   # A trainer that trains on zero-variance groups refuses filtered ones (as
   # rl-run.sh: the generators' dynamic filter off then, unless given with
@@ -237,7 +237,7 @@ while :; do
     break
   fi
   if over_time; then
-    echo "rl-launch[rank $rank]: $role still running after --time-limit $time_limit s: stopping it" >&2
+    echo "rl-launch[rank $rank]: $role: still running after --time-limit $time_limit s: stopping it" >&2
     stop_child TERM
     exit 124
   fi
@@ -256,11 +256,11 @@ while :; do
 done
 
 if [ "$rc" -ne 0 ]; then
-  echo "rl-launch[rank $rank]: $role failed (exit $rc)" >&2
+  echo "rl-launch[rank $rank]: $role: failed (exit $rc)" >&2
   exit "$rc"
 fi
 if [ "$rank" -eq 0 ]; then
   printf '%s\n' "$job" >"$done_file.tmp" && mv -f "$done_file.tmp" "$done_file" ||
     { echo "rl-launch[rank 0]: cannot write $done_file: the generators would not stop" >&2; exit 1; }
 fi
-say "$role finished (exit 0) after $((SECONDS - started)) s"
+say "$role: finished (exit 0) after $((SECONDS - started)) s"

@@ -61,7 +61,7 @@ timeout 60 bash "$launch" "${args[@]}" --time-limit 3 >"$work/limit.log" 2>&1 ||
 elapsed=$((SECONDS - begin))
 [ "$rc" -eq 124 ] || fail "exit $rc at --time-limit, not 124: $(cat "$work/limit.log")"
 [ "$elapsed" -le 25 ] || fail "--time-limit 3 took $elapsed s"
-grep -q "generator 0 still running after --time-limit 3 s: stopping it" "$work/limit.log" ||
+grep -q "generator 0, from the trainer: still running after --time-limit 3 s: stopping it" "$work/limit.log" ||
   fail "no time-limit line: $(cat "$work/limit.log")"
 echo "ok: --time-limit 3 ends the rank with 124 in $elapsed s"
 
