@@ -58,7 +58,8 @@ check_launch_ok() {
 
 # check_launch_failed LOG RUN_DIR BED RC ELAPSED_S: rank 3 (generator 2) had
 # the wrong secret: the launcher exited non-zero within 60 s, the rank's error
-# lines are in its output, the trainer never finished, nothing is left running.
+# lines are in its output, the trainer never finished, no rank's process (the
+# wrapper, a trainer, a generator) is left running in any host.
 check_launch_failed() {
   local log="$1" run="$2" bed="$3" rc="$4" elapsed="$5" i left
   [ "$rc" -ne 0 ] || fail "the launcher exited 0 with a rank on the wrong secret"
@@ -72,6 +73,7 @@ check_launch_failed() {
   [ ! -e "$run/launch.done" ] || fail "a done file was written for a failed run"
   for i in 0 1 2; do
     left="$(ip netns pids "$bed-h$i" 2>/dev/null | xargs)"
-    [ -z "$left" ] || fail "processes left in host $i after the launcher returned: $(ps -o pid=,args= -p "${left// /,}")"
+    [ -z "$left" ] || left="$(ps -o pid=,args= -p "${left// /,}" | grep -E 'rl-launch|bin/(trainer|generator)' || true)"
+    [ -z "$left" ] || fail "a role left running in host $i after the launcher returned: $left"
   done
 }

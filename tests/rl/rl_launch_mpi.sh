@@ -76,9 +76,9 @@ run2="$work/wrong"
 mkdir -p "$run2"
 begin=$SECONDS
 rc=0
-launch -np 3 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" \
-  : -np 1 "${xs[@]}" env WS_LAUNCH_SECRET_FILE="$work/wrong-secret" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" \
-  : -np 1 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" >"$work/wrong.log" 2>&1 || rc=$?
+launch -np 3 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" --steps 50 \
+  : -np 1 "${xs[@]}" env WS_LAUNCH_SECRET_FILE="$work/wrong-secret" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" --steps 50 \
+  : -np 1 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" --steps 50 >"$work/wrong.log" 2>&1 || rc=$?
 check_launch_failed "$work/wrong.log" "$run2" "$bed" "$rc" $((SECONDS - begin))
 grep -qE "^\[[0-9]+,3\]<stderr>:generator: cannot connect" "$work/wrong.log" || fail "the error line is not rank 3's"
 echo "rl launch by mpirun: ok (run 2 stopped in $((SECONDS - begin)) s, exit $rc)"
