@@ -83,9 +83,14 @@ expect_refusal "a trainer host with shell words in it" "is not a host name or IP
 [ ! -e "$work/pwned" ] || fail "the trainer host ran as a command"
 expect_refusal "a trainer host that does not resolve" "does not resolve on this host" \
   "${rank0[@]}" WS_LAUNCH_TRAINER_HOST=no-such-host.invalid -- "${args[@]}"
-# 192.0.2.1 (TEST-NET-1) is no address of this host.
-expect_refusal "rank 0 on a host that is not the trainer's" "rank 0 runs the trainer, but WS_LAUNCH_TRAINER_HOST=192.0.2.1 .* is not this host" \
-  "${rank0[@]}" WS_LAUNCH_TRAINER_HOST=192.0.2.1 -- "${args[@]}"
+# A documentation address (RFC 5737) that is no address of this host.
+other=""
+for candidate in 192.0.2.1 198.51.100.1 203.0.113.1; do
+  ip -o -4 addr show | grep -q " $candidate/" || { other="$candidate"; break; }
+done
+[ -n "$other" ] || fail "this host has every RFC 5737 address this test tries"
+expect_refusal "rank 0 on a host that is not the trainer's" "rank 0 runs the trainer, but WS_LAUNCH_TRAINER_HOST=$other .* is not this host" \
+  "${rank0[@]}" WS_LAUNCH_TRAINER_HOST="$other" -- "${args[@]}"
 # Slurm's variables are read too.
 expect_refusal "srun's rank variables" "rank 5 is not below the size 4" \
   SLURM_PROCID=5 SLURM_NTASKS=4 SLURM_LOCALID=0 SLURM_JOB_ID=7 WS_LAUNCH_SECRET_FILE="$work/secret" -- "${args[@]}"
