@@ -66,8 +66,10 @@ common=(--start "$work/start" --steps 3 --prompts 2 --group-size 3 --batch-group
 run="$work/run"
 mkdir -p "$run"
 echo "some-other-job" >"$run/launch.done"  # a done file left by another job: ignored
+begin=$SECONDS
 rc=0
 launch -np 5 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run" "${common[@]}" >"$work/run.log" 2>&1 || rc=$?
+run1_s=$((SECONDS - begin))
 [ "$rc" -eq 0 ] || fail "mpirun exited $rc: $(tail -n 15 "$work/run.log")"
 check_launch_ok "$work/run.log" "$run" "$bed" "$a0"
 
@@ -81,4 +83,4 @@ launch -np 3 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@
   : -np 1 "${xs[@]}" "$source/scripts/rl-launch.sh" --out "$run2" "${common[@]}" --steps 50 >"$work/wrong.log" 2>&1 || rc=$?
 check_launch_failed "$work/wrong.log" "$run2" "$bed" "$rc" $((SECONDS - begin))
 grep -qE "^\[[0-9]+,3\]<stderr>:generator: cannot connect" "$work/wrong.log" || fail "the error line is not rank 3's"
-echo "rl launch by mpirun: ok (run 2 stopped in $((SECONDS - begin)) s, exit $rc)"
+echo "rl launch by mpirun: ok (run 1 took $run1_s s; run 2, a rank failing, stopped in $((SECONDS - begin)) s, exit $rc)"

@@ -111,13 +111,16 @@ common=(--start "$work/start" --steps 3 --prompts 2 --group-size 3 --batch-group
 run="$work/run"
 mkdir -p "$run"
 echo "some-other-job" >"$run/launch.done"  # a done file left by another job: ignored
+begin=$SECONDS
 rc=0
 timeout 150 srun -N 3 -n 5 --label --kill-on-bad-exit=1 \
   "$source/scripts/rl-launch.sh" --out "$run" "${common[@]}" >"$work/run.log" 2>&1 || rc=$?
+run1_s=$((SECONDS - begin))
 [ "$rc" -eq 0 ] || fail "srun exited $rc: $(tail -n 15 "$work/run.log")"
 check_launch_ok "$work/run.log" "$run" "$bed" "$a0"
 grep -q "rl-launch\[rank 0\]: trainer on host .*via srun; trainer at $a0$" "$work/run.log" ||
   fail "rank 0 did not take the trainer's host from the node list"
+
 
 # ---- Run 2: rank 3 has the wrong secret: srun stops everything ----
 run2="$work/wrong"
@@ -134,4 +137,4 @@ rc=0
 timeout 150 srun -N 3 -n 5 --label --kill-on-bad-exit=1 --multi-prog "$work/wrong.conf" >"$work/wrong.log" 2>&1 || rc=$?
 check_launch_failed "$work/wrong.log" "$run2" "$bed" "$rc" $((SECONDS - begin))
 grep -qE "^ *3: generator: cannot connect" "$work/wrong.log" || fail "the error line is not rank 3's"
-echo "rl launch by srun: ok (run 2 stopped in $((SECONDS - begin)) s, exit $rc)"
+echo "rl launch by srun: ok (run 1 took $run1_s s; run 2, a rank failing, stopped in $((SECONDS - begin)) s, exit $rc)"
