@@ -121,7 +121,6 @@ check_launch_ok "$work/run.log" "$run" "$bed" "$a0"
 grep -q "rl-launch\[rank 0\]: trainer on host .*via srun; trainer at $a0$" "$work/run.log" ||
   fail "rank 0 did not take the trainer's host from the node list"
 
-
 # ---- Run 2: rank 3 has the wrong secret: srun stops everything ----
 run2="$work/wrong"
 mkdir -p "$run2"
