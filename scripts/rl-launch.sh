@@ -25,6 +25,13 @@
 #          [--trainer-arg ARG]... [--generator-arg ARG]...
 #   srun ... scripts/rl-launch.sh ...   (the trainer's host defaults to the
 #                                        first node of the step's node list)
+# Defaults: --steps 30 --mode async --prompts 4 --group-size 8 --batch-groups 8
+# (each generator sends its share of a step's groups), --bind 0.0.0.0, ports
+# 29500 (weights), 29501 (trajectories), 29600 (each host's relay, on
+# 127.0.0.1), --threads 1 (torch threads per generator; the trainer takes every
+# CPU of its host unless given --trainer-arg --threads --trainer-arg N).
+# --trainer-arg / --generator-arg pass one more word to every trainer /
+# generator (e.g. --trainer-arg --wire-dtype --trainer-arg bf16).
 # Where things come from:
 #   WS_LAUNCH_TRAINER_HOST  the trainer's host (name or address; rank 0 must be
 #                           on it, else rank 0 refuses). mpirun: pass it with

@@ -35,6 +35,9 @@ rank0=(OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_LOCAL_RANK=
   WS_LAUNCH_TRAINER_HOST=127.0.0.1 WS_LAUNCH_SECRET_FILE="$work/secret")
 args=(--start "$work/start" --out "$work/run")
 
+help="$(bash "$launch" --help)" || fail "--help failed"
+[[ "$help" == *"Usage (the same words on every rank)"*"WS_LAUNCH_SECRET_FILE"*"Exit codes"* ]] || fail "--help: $help"
+
 expect_refusal "no launcher rank" "no rank: run me under mpirun .* or srun" \
   WS_LAUNCH_SECRET_FILE="$work/secret" -- "${args[@]}"
 expect_refusal "a rank not below the size" "rank 3 is not below the size 3" \
