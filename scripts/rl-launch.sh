@@ -67,8 +67,9 @@ time_limit=0 wait_timeout=120
 trainer_args=() generator_args=()
 usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; }
 die() { echo "rl-launch[rank ${rank:-?}]: $*" >&2; exit 2; }
-number() {  # number NAME VALUE
-  [[ "$2" =~ ^[0-9]{1,9}$ ]] || die "$1 must be a number, not '$2'"
+number() {  # number NAME VALUE MIN MAX: a decimal number (no leading zero) in [MIN, MAX]
+  [[ "$2" =~ ^(0|[1-9][0-9]{0,8})$ ]] && [ "$2" -ge "$3" ] && [ "$2" -le "$4" ] ||
+    die "$1 must be a number from $3 to $4, not '$2'"
 }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -120,9 +121,14 @@ done
 
 # ---- Checks every rank makes before starting anything ----
 [ -n "$start" ] && [ -n "$out" ] || die "--start and --out are required (see --help)"
-for v in steps prompts group_size batch_groups weights_port trajectory_port relay_port threads time_limit wait_timeout; do
-  number "--${v//_/-}" "${!v}"
+for v in steps prompts group_size batch_groups threads wait_timeout; do
+  number "--${v//_/-}" "${!v}" 1 1000000
 done
+number --time-limit "$time_limit" 0 100000000
+for v in weights_port trajectory_port relay_port; do
+  number "--${v//_/-}" "${!v}" 1 65535
+done
+[ "$weights_port" != "$trajectory_port" ] || die "--weights-port and --trajectory-port must differ"
 case "$mode" in sync|async) ;; *) die "--mode must be sync or async, not '$mode'" ;; esac
 case "$relays" in per-host|none) ;; *) die "--relays must be per-host or none, not '$relays'" ;; esac
 [ -f "$start/policy.safetensors" ] ||

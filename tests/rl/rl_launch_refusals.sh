@@ -51,6 +51,13 @@ expect_refusal "no --out" "--start and --out are required" "${rank0[@]}" -- --st
 expect_refusal "a bad --mode" "--mode must be sync or async" "${rank0[@]}" -- "${args[@]}" --mode sideways
 expect_refusal "a bad --relays" "--relays must be per-host or none" "${rank0[@]}" -- "${args[@]}" --relays some
 expect_refusal "a --steps that is not a number" "--steps must be a number" "${rank0[@]}" -- "${args[@]}" --steps 3x
+expect_refusal "a --steps of 0" "--steps must be a number from 1" "${rank0[@]}" -- "${args[@]}" --steps 0
+expect_refusal "a --batch-groups with a leading zero (octal to bash)" "--batch-groups must be a number" \
+  "${rank0[@]}" -- "${args[@]}" --batch-groups 08
+expect_refusal "a port over 65535" "--relay-port must be a number from 1 to 65535" \
+  "${rank0[@]}" -- "${args[@]}" --relay-port 65536
+expect_refusal "the same port twice" "--weights-port and --trajectory-port must differ" \
+  "${rank0[@]}" -- "${args[@]}" --weights-port 29501
 expect_refusal "an unknown option" "unknown argument --frobnicate" "${rank0[@]}" -- "${args[@]}" --frobnicate 1
 expect_refusal "a --start without a policy" "has no policy.safetensors" \
   "${rank0[@]}" -- --start "$work/run" --out "$work/run"
