@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by rl_launch_mpi.sh and rl_launch_srun.sh (never run): the checks of
 # a multi-host launch by scripts/rl-launch.sh in a 3-host test bed, whatever
 # the launcher. The layout both use: 5 ranks, hosts 0 and 1 with two, host 2
