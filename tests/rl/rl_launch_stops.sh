@@ -20,8 +20,17 @@ export WEIGHTSYNC_BUILD_DIR="$build" OPENBLAS_NUM_THREADS=1
 unset WEIGHTSYNC_SECRET SLURM_PROCID
 export OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 WS_LAUNCH_JOB=job-a \
   WS_LAUNCH_TRAINER_HOST=127.0.0.1 WS_LAUNCH_SECRET_FILE="$work/secret"
-# A port nobody serves: the generator keeps waiting for its trainer.
-port=$((20000 + RANDOM % 20000))
+# A port nobody serves (nor the next one): the generator keeps waiting for its trainer.
+port=""
+for _ in $(seq 1 20); do
+  candidate=$((20000 + RANDOM % 20000))
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null &&
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$((candidate + 1))") 2>/dev/null; then
+    port="$candidate"
+    break
+  fi
+done
+[ -n "$port" ] || fail "no free pair of ports found"
 args=(--start "$work/start" --out "$work/run" --weights-port "$port" --trajectory-port $((port + 1))
   --generator-arg --trainer-timeout --generator-arg 60)
 generator_of() {  # the generator process the rank $1 started ("" if none)
