@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest helper: the RL loop launched across hosts of a test bed by Slurm's srun
 # through scripts/rl-launch.sh, under a real Slurm: a private munged (its own
-# key and socket in WORKDIR), slurmctld in host 0 and one slurmd per host
+# key and socket), slurmctld in host 0 and one slurmd per host
 # (NodeName = the host's address, so the node list resolves as a cluster's
 # host names do; ProctrackType linuxproc, no cgroup confinement, no
 # accounting). srun runs in the root namespace: `srun -N 3 -n 5` places ranks
@@ -37,20 +37,31 @@ fi
 export PATH="$PATH:/usr/sbin"
 bed="$WS_TESTBED" tb="$WS_TESTBED_SCRIPT"
 a0="$("$tb" addr "$bed" 0)" a1="$("$tb" addr "$bed" 1)" a2="$("$tb" addr "$bed" 2)"
-s="$work/slurm"
-mkdir -p "$s/state" "$s/spool-$a0" "$s/spool-$a1" "$s/spool-$a2" && chmod 0755 "$work" "$s"
+# Slurm's and munge's files in a short /tmp path (their Unix sockets must fit
+# in 108 bytes); the logs are copied to WORKDIR/slurm at the end.
+s="$(mktemp -d /tmp/ws-slurm-XXXXXX)"
+mkdir -p "$s/state" "$s/spool-$a0" "$s/spool-$a1" "$s/spool-$a2" && chmod 0755 "$s"
 (umask 077 && mkdir "$s/munge" && head -c 1024 /dev/urandom >"$s/munge/munge.key")
 chmod 0711 "$s/munge"  # the socket must be reachable; the key stays 0600
-munged_pid=""
+daemons=()
 cleanup() {
-  # Each host's daemons go with the bed (testbed.sh down kills what runs in
-  # its hosts); munged runs in the root namespace.
-  if [ -n "$munged_pid" ]; then kill "$munged_pid" 2>/dev/null || true; fi
+  # The daemons this script started (testbed.sh down would kill what is left
+  # in the hosts; munged runs in the root namespace), then their files.
+  local pid
+  for pid in "${daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    for pid in "${daemons[@]}"; do kill -0 "$pid" 2>/dev/null && break; pid=""; done
+    [ -n "$pid" ] || break
+    sleep 0.1
+  done
+  for pid in "${daemons[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  mkdir -p "$work/slurm" && cp "$s"/*.log "$s"/*.out "$s/slurm.conf" "$work/slurm/" 2>/dev/null || true
+  rm -rf "$s"
 }
 trap cleanup EXIT
 munged --force --foreground --socket="$s/munge/socket" --key-file="$s/munge/munge.key" \
   --log-file="$s/munge/log" --pid-file="$s/munge/pid" --seed-file="$s/munge/seed" >"$s/munge/out" 2>&1 &
-munged_pid=$!
+daemons+=($!)
 cat >"$s/slurm.conf" <<EOF
 ClusterName=wstestbed
 SlurmctldHost=$(hostname -s)($a0)
@@ -88,9 +99,11 @@ export SLURM_CONF="$s/slurm.conf"
 for _ in $(seq 1 50); do [ -S "$s/munge/socket" ] && break; sleep 0.1; done
 [ -S "$s/munge/socket" ] || fail "munged did not start: $(cat "$s/munge/out")"
 "$tb" exec "$bed" 0 slurmctld -D -i -f "$SLURM_CONF" >"$s/slurmctld.out" 2>&1 &
+daemons+=($!)
 i=0
 for a in "$a0" "$a1" "$a2"; do
   "$tb" exec "$bed" "$i" slurmd -D -N "$a" -f "$SLURM_CONF" >"$s/slurmd-$i.out" 2>&1 &
+  daemons+=($!)
   i=$((i + 1))
 done
 idle=0
