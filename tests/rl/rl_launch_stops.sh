@@ -6,7 +6,9 @@
 # rank exits 0; (2) --time-limit stops it and the rank exits 124 within the
 # limit plus the stop's bound; (3) SIGTERM to the rank (what mpirun sends when
 # another rank failed) stops the generator too: exit 143, no generator left
-# behind. A tiny SFT policy; about 10 s.
+# behind; (4) on a host other than the trainer's, the roles by local rank
+# (relay, --relays none, waiting for the host's relay at most --wait-timeout).
+# A tiny SFT policy; about 15 s.
 # Usage: rl_launch_stops.sh BUILD_DIR SOURCE_DIR WORKDIR
 set -euo pipefail
 build="$1" source="$2" work="$3"
@@ -88,4 +90,33 @@ wait "$pid" || rc=$?
 ! kill -0 "$generator" 2>/dev/null || fail "the generator ($generator) outlived its rank"
 grep -q "generator 0: stopped after" "$work/term.log" || fail "the generator was not stopped: $(cat "$work/term.log")"
 echo "ok: SIGTERM stops the rank (143) and its generator"
+
+# (4) The roles on a host that is not the trainer's (an RFC 5737 address this
+# host does not have): the host's first rank relays, unless --relays none; its
+# other ranks wait for that relay, at most --wait-timeout, and start nothing
+# without it.
+other=""
+for candidate in 192.0.2.1 198.51.100.1 203.0.113.1; do
+  ip -o -4 addr show | grep -q " $candidate/" || { other="$candidate"; break; }
+done
+[ -n "$other" ] || fail "this host has every RFC 5737 address this test tries"
+role_of() {  # role_of LOCAL_RANK EXPECTED_EXIT [ARGS...]: the rank's role line
+  local local_rank="$1" expected="$2" out rc=0
+  shift 2
+  out="$(OMPI_COMM_WORLD_LOCAL_RANK="$local_rank" WS_LAUNCH_TRAINER_HOST="$other" \
+    timeout 60 bash "$launch" "${args[@]}" --relay-port "$port" "$@" 2>&1)" || rc=$?
+  [ "$rc" -eq "$expected" ] || fail "local rank $local_rank $*: exit $rc, not $expected: $out"
+  echo "$out"
+}
+out="$(role_of 0 124 --time-limit 1)"
+[[ "$out" == *"rl-launch[rank 1]: generator 0, relaying for this host at 127.0.0.1:$port on host"* ]] ||
+  fail "a host's first rank should relay: $out"
+out="$(role_of 0 124 --time-limit 1 --relays none)"
+[[ "$out" == *"rl-launch[rank 1]: generator 0, from the trainer on host"* ]] ||
+  fail "with --relays none a host's first rank should pull from the trainer: $out"
+out="$(role_of 1 1 --wait-timeout 1)"
+[[ "$out" == *"rl-launch[rank 1]: generator 0, from this host's relay on host"*"this host's relay (127.0.0.1:$port, local rank 0) did not serve within 1 s"* ]] ||
+  fail "a host's second rank should wait for its relay, then give up: $out"
+[[ "$out" != *"generator 0: "* ]] || fail "a generator started without its host's relay: $out"
+echo "ok: a host's first rank relays (not with --relays none), the others wait for it at most --wait-timeout"
 echo "rl launch stops: ok"
