@@ -22,7 +22,8 @@ packages=(
   gnuplot-nox                        # weightsync-bench --plot
   ucx-utils iperf3                   # ucx_perftest and iperf3: the bench's same-run baselines
   iproute2                           # ip and tc: the multi-host test bed (scripts/testbed.sh)
-  openmpi-bin libopenmpi-dev         # MPI_Bcast: weightsync-bench fanout's baseline (bench/mpi_bcast.c)
+  openmpi-bin libopenmpi-dev         # MPI_Bcast: weightsync-bench fanout's baseline (bench/mpi_bcast.c); mpirun launches the RL loop's test
+  slurmctld slurmd slurm-client munge  # srun launches the RL loop's test under a real Slurm in the test bed (tests/rl/rl_launch_srun.sh)
   libtorch-dev libopenblas0-pthread  # the RL policy (rl/policy); OpenBLAS, or libtorch is ~30x slower
   pybind11-dev python3-dev           # the Python package (python/): pybind11 bindings
   python3-torch python3-numpy python3-pytest  # its tests (tests/python) and examples (examples/python)
