@@ -8,6 +8,7 @@ reaches every relay through the environment (the bench's roles inherit it):
   --switch prefault   WSBENCH_RELAY_PREFAULT=0 (A) / 1 (B): RelayOptions::prefault_slots
   --switch rcvlowat   WEIGHTSYNC_TCP_RCVLOWAT=0 (A) / 1 (B): tcp receives wake once 1 MiB is
                       queued (relays and the leaf; the relays' slots are prefaulted in both)
+  --switch all        both: A is the relay as it was before either change
 
 Per run it reads fanout.json (the bench's own accounting: each process's user+sys over
 the measured versions, time-to-all, L from iperf3) and, from /proc, the relay processes'
@@ -32,8 +33,9 @@ import time
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # --switch: the environment variable, its value for arm A (off) and for arm B (on).
 SWITCHES = {
-    "prefault": ("WSBENCH_RELAY_PREFAULT", "0", "1"),
-    "rcvlowat": ("WEIGHTSYNC_TCP_RCVLOWAT", "0", "1"),
+    "prefault": [("WSBENCH_RELAY_PREFAULT", "0", "1")],
+    "rcvlowat": [("WEIGHTSYNC_TCP_RCVLOWAT", "0", "1")],
+    "all": [("WSBENCH_RELAY_PREFAULT", "0", "1"), ("WEIGHTSYNC_TCP_RCVLOWAT", "0", "1")],
 }
 
 
@@ -84,8 +86,8 @@ def size_bytes(text):
 
 def run_once(args, arm, index):
     env = dict(os.environ)
-    name, off, on = SWITCHES[args.switch]
-    env[name] = off if arm == "A" else on
+    for name, off, on in SWITCHES[args.switch]:
+        env[name] = off if arm == "A" else on
     out = os.path.join(args.out, f"{index:02d}-{arm}")
     cmd = [args.bench, "fanout", "--subscribers", str(args.subscribers), "--sizes", args.size,
            "--rate", args.rate, "--topologies", "chain", "--runs", str(args.runs),
