@@ -156,7 +156,8 @@ Result<std::unique_ptr<Relay>> Relay::create(RelayOptions options) try {
   if (!publisher.ok()) return publisher.status();
   (*publisher)->enable_signature_forwarding();
   if (options.prefault_slots) {
-    // Before the ring is served or written: the fallback writes each page.
+    // Before forwarding starts: nothing else writes the ring, and the fallback
+    // writes zero onto zero-filled pages (a reader mapping them sees no change).
     detail::SlotRing& ring = *(*publisher)->ring;
     for (std::uint32_t s = 0; s < ring.slot_count(); ++s) {
       detail::prefault_writable(ring.slot_data(s), ring.slot_bytes());
