@@ -4,8 +4,10 @@
 // (Relay::wait_for_version); the bytes it forwards are checked by the leaf
 // subscribers below it (every relay in a tree or chain has one).
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <string>
 
 #include "fanout.h"
 #include "line_stream.h"
@@ -54,6 +56,11 @@ int run_fanout_relay(const std::string& upstream, const std::string& bind, const
   options.publisher.bind_address = bind;
   options.pipelined = pipelined;
   if (chunk_bytes > 0) options.chunk_bytes = chunk_bytes;
+  // The A/B switch of docs/perf/relay_cpu.md (bench/relay_cpu_ab.sh): 0 maps
+  // the relay's slot pages on first use, as before RelayOptions::prefault_slots.
+  if (const char* prefault = std::getenv("WSBENCH_RELAY_PREFAULT"); prefault != nullptr) {
+    options.prefault_slots = std::string(prefault) != "0";
+  }
   auto relay = weightsync::Relay::create(options);
   if (!relay.ok()) return startup_error(io, "relay from " + upstream + ": " + relay.status().to_string());
   RoleLoop loop(io);

@@ -25,8 +25,8 @@
 //     WEIGHTSYNC_TRUSTED_KEY         subscriber: the trainer's Ed25519 public key (PEM file) to check
 //     WEIGHTSYNC_SLOT_ALLOCATOR      who allocates the slots: auto | memfd | ucx (default auto)
 //   Read where they are used (reported, not options):
-//     WEIGHTSYNC_HOST_ID             which host this process counts as for shm/cuda_ipc (default:
-//                                    kernel boot id + network namespace); at most 64 of [A-Za-z0-9._:-]
+//     WEIGHTSYNC_HOST_ID             this process's host for shm/cuda_ipc (default: boot id + netns)
+//     WEIGHTSYNC_TCP_RCVLOWAT        0: a tcp pull wakes per arrival, not once 1 MiB is queued
 //     WEIGHTSYNC_VERBS_DEVICE        RDMA device for verbs (default: first with an active port)
 //     WEIGHTSYNC_UCX_ALLOW_EMULATED_RMA  1: INSECURE, any peer can read and write the trainer's memory
 //     WEIGHTSYNC_UCX_DIRECT          0: ucx subscribers read with ucp_get_nbx, not mapping the slots

@@ -76,6 +76,12 @@ struct RelayOptions {
   // abandons the in-progress version (its readers get kVersionRevoked).
   bool pipelined = true;
   std::size_t chunk_bytes = 4u << 20;  // watermark step of the pipelined mode (>= 64 KiB)
+  // Map every page of the relay's slots at create() (slots x total_bytes, the
+  // ring's size anyway once `slots` versions went through), so that
+  // forwarding never takes a page fault per 4 KiB: without it the first
+  // `slots` versions cost about twice the CPU per byte (docs/perf/relay_cpu.md).
+  // create() then takes about 0.5 s per GiB of slots. false: pages on first use.
+  bool prefault_slots = true;
   // Instrumentation for tests: called on the forwarding thread with each
   // version's slot after it was received and verified, just before commit.
   std::function<void(std::uint64_t version, void* slot, std::size_t bytes)> before_commit;

@@ -58,6 +58,9 @@ constexpr std::array<SettingRow, kSettingCount> kTable{{
      "0: ucx subscribers read with ucp_get_nbx instead of mapping the slots directly"},
     {SettingId::kUcxTls, "ucx_transports", "UCX_TLS", "", P::kString, nullptr, S::kInformational,
      "(UCX default: all)", "UCX's own: the UCX transports it may use"},
+    {SettingId::kTcpRcvLowat, "tcp_rcvlowat", "WEIGHTSYNC_TCP_RCVLOWAT", "1", P::kString, nullptr,
+     S::kInformational, nullptr,
+     "0: a tcp pull wakes on every arrival instead of once 1 MiB is queued (SO_RCVLOWAT)"},
     {SettingId::kLogLevel, "log_level", "WEIGHTSYNC_LOG_LEVEL", "warn", P::kEnum,
      "error, warn, info, debug, trace", S::kInformational, nullptr, "the library's log level"},
 }};

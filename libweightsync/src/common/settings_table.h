@@ -56,6 +56,7 @@ enum class SettingId : std::uint8_t {
   kUcxAllowEmulatedRma,
   kUcxDirect,
   kUcxTls,
+  kTcpRcvLowat,
   kLogLevel,
 };
 inline constexpr std::size_t kSettingCount = static_cast<std::size_t>(SettingId::kLogLevel) + 1;

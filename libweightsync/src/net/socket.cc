@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -358,6 +359,39 @@ Status send_records(const Socket& socket, iovec* iov, std::size_t count, Deadlin
   return Status();
 }
 
+// SO_RCVLOWAT for the waits of one recv_iov: raised to min(wake_bytes,
+// bytes left) before each wait, back to 1 (every later poll, such as a
+// frame's, wakes on its first byte) when it goes out of scope.
+class ReceiveLowat {
+ public:
+  ReceiveLowat(int fd, std::size_t wake_bytes) : fd_(fd), limit_(std::min<std::size_t>(wake_bytes, INT_MAX)) {}
+  ~ReceiveLowat() {
+    if (current_ > 1) set(1);
+  }
+  ReceiveLowat(const ReceiveLowat&) = delete;
+  ReceiveLowat& operator=(const ReceiveLowat&) = delete;
+
+  void before_wait(std::size_t left) {
+    const int want = static_cast<int>(std::max<std::size_t>(std::min(left, limit_), 1));
+    if (want != current_) set(want);
+  }
+  bool raised() const noexcept { return current_ > 1; }
+
+ private:
+  void set(int value) {
+    if (::setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &value, sizeof(value)) == 0) current_ = value;
+  }
+  int fd_;
+  std::size_t limit_;
+  int current_ = 1;
+};
+
+// Bytes queued for reading on a TCP socket (0 when unknown).
+int queued_bytes(int fd) {
+  int n = 0;
+  return ::ioctl(fd, FIONREAD, &n) == 0 ? n : 0;
+}
+
 }  // namespace
 
 Status send_iov(const Socket& socket, iovec* iov, std::size_t count, Deadline deadline, const char* peer,
@@ -399,7 +433,7 @@ Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline de
 }
 
 Status recv_iov(const Socket& socket, iovec* iov, std::size_t count, int stall_ms, const char* peer,
-                const std::function<void(const void*, std::size_t)>& on_bytes) {
+                const std::function<void(const void*, std::size_t)>& on_bytes, std::size_t wake_bytes) {
   advance(iov, count, 0);
   if (RecordLayer* records = socket.records()) {
     while (count > 0) {
@@ -416,6 +450,9 @@ Status recv_iov(const Socket& socket, iovec* iov, std::size_t count, int stall_m
     }
     return Status();
   }
+  std::size_t remaining = 0;
+  for (std::size_t i = 0; i < count; ++i) remaining += iov[i].iov_len;
+  ReceiveLowat lowat(socket.fd(), wake_bytes);
   while (count > 0) {
     msghdr msg{};
     msg.msg_iov = iov;
@@ -429,13 +466,18 @@ Status recv_iov(const Socket& socket, iovec* iov, std::size_t count, int stall_m
         left -= piece;
       }
       advance(iov, count, static_cast<std::size_t>(n));
+      remaining -= static_cast<std::size_t>(n);
       continue;
     }
     if (n == 0) return lost(peer, "closed the connection in the middle of a transfer");
     if (would_block(errno)) {
+      if (wake_bytes > 1) lowat.before_wait(remaining);
       Status s = poll_for(socket.fd(), POLLIN, Deadline::after(std::chrono::milliseconds(stall_ms)), peer,
                           "receiving data from");
-      if (!s.ok()) return s;
+      // Fewer bytes than the mark arrived within stall_ms: progress, not a stall.
+      if (!s.ok() && !(s.code() == ErrorCode::kTimeout && lowat.raised() && queued_bytes(socket.fd()) > 0)) {
+        return s;
+      }
       continue;
     }
     return lost(peer, "connection failed while receiving data: " + errno_text(errno));

@@ -93,7 +93,12 @@ Status recv_all(const Socket& socket, void* data, std::size_t bytes, Deadline de
 // Receives into iov[0..count) in order; the array is consumed. on_bytes is
 // called for each piece as it lands (for streaming checksums and progress).
 // stall_ms bounds the wait for each next byte, not the whole transfer.
+// wake_bytes > 1 (unencrypted sockets): while waiting, the thread is woken
+// only once that many bytes, or the rest of the transfer, are queued
+// (SO_RCVLOWAT, set back to 1 before returning), so a large transfer takes
+// fewer wakeups per byte (docs/perf/relay_cpu.md). A stall is then a wait of
+// stall_ms with no byte queued, found within 2 x stall_ms.
 Status recv_iov(const Socket& socket, iovec* iov, std::size_t count, int stall_ms, const char* peer,
-                const std::function<void(const void*, std::size_t)>& on_bytes);
+                const std::function<void(const void*, std::size_t)>& on_bytes, std::size_t wake_bytes = 1);
 
 }  // namespace weightsync::detail

@@ -3,6 +3,9 @@
 
 #include <sys/uio.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "auth/client_connect.h"
 #include "auth/integrity.h"
 #include "wire/frame_io.h"
@@ -11,6 +14,20 @@ namespace weightsync::detail {
 namespace {
 
 constexpr const char* kPeer = "publisher";
+
+// A transfer's waits wake the reader once this much is queued (SO_RCVLOWAT):
+// at 1 Gbit/s about one wakeup per 1 MiB instead of one per 100-130 KiB, the
+// relay's forwarding thread's largest cost after its copy
+// (docs/perf/relay_cpu.md). WEIGHTSYNC_TCP_RCVLOWAT=0: every arrival wakes it.
+constexpr std::size_t kWakeBytes = 1u << 20;
+
+std::size_t wake_bytes() {
+  static const std::size_t bytes = [] {
+    const char* setting = std::getenv("WEIGHTSYNC_TCP_RCVLOWAT");
+    return setting != nullptr && std::string(setting) == "0" ? std::size_t{1} : kWakeBytes;
+  }();
+  return bytes;
+}
 
 class TcpDataChannel final : public DataChannel {
  public:
@@ -48,7 +65,7 @@ class TcpDataChannel final : public DataChannel {
         return Status(ErrorCode::kProtocolError, "publisher announced " + std::to_string(header->total) +
                                                      " bytes for a READ of " + std::to_string(total));
       }
-      s = recv_iov(socket_, iov_.data(), iov_.size(), request.stall_ms, kPeer, request.on_bytes);
+      s = recv_iov(socket_, iov_.data(), iov_.size(), request.stall_ms, kPeer, request.on_bytes, wake_bytes());
       if (!s.ok()) return s;
       auto end = read_expected(socket_, MsgType::kDataEnd, kMaxReplyPayload,
                                Deadline::after(std::chrono::milliseconds(request.stall_ms)), kPeer);
