@@ -2,6 +2,7 @@
 // publisher (ws_test_peer) upstream, real subscribers downstream over tcp and
 // shm, its health endpoint over HTTP, signals, and its flag checks.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,8 +52,9 @@ std::uint64_t pull_bit_exact(const std::string& address, const std::string& tran
   return pulled->version;
 }
 
-// Polls /readyz until its status is `code` and its body contains `text`.
-wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text, std::chrono::seconds limit = 15s) {
+// Polls /readyz until its status is `code` and its body contains `text`;
+// fails the test (and returns the last reply) if that does not come.
+wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text, std::chrono::seconds limit = 10s) {
   const auto start = Clock::now();
   wstest::HttpReply r;
   while (Clock::now() - start < limit) {
@@ -60,6 +62,9 @@ wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text, std:
     if (r.ok && r.status == code && r.body.find(text) != std::string::npos) return r;
     std::this_thread::sleep_for(50ms);
   }
+  INFO("/readyz answered " << r.status << ": " << r.body << " (" << r.error << ")");
+  CHECK(r.status == code);
+  CHECK(r.body.find(text) != std::string::npos);
   return r;
 }
 
@@ -85,16 +90,12 @@ TEST_CASE("relay daemon: /readyz is 503 before the first version and 200 after, 
   REQUIRE(daemon.wait_for("no upstream reachable").has_value());
   auto live = daemon.probe("/livez");
   CHECK(live.status == 200);
-  auto ready = daemon.probe("/readyz");
-  CHECK(ready.status == 503);
-  CHECK(ready.body.find("no upstream reachable yet") != std::string::npos);
+  auto ready = await_ready(daemon, 503, "no upstream reachable yet");
   CHECK(daemon.probe("/other").status == 404);
   // The upstream appears without a version: connected, still not ready.
   auto upstream = start_upstream(kSize, port);
   REQUIRE(daemon.wait_for("connected to upstream", 15s).has_value());
-  ready = daemon.probe("/readyz");
-  CHECK(ready.status == 503);
-  CHECK(ready.body.find("waiting for the first version") != std::string::npos);
+  ready = await_ready(daemon, 503, "waiting for the first version");
   upstream.publish();
   ready = await_ready(daemon, 200, "serving version 1");
   CHECK(ready.status == 200);
@@ -119,6 +120,9 @@ TEST_CASE("relay daemon: fails over from a dead first upstream, then to a restar
   first.process.signal(SIGKILL);
   REQUIRE(daemon.wait_for("upstream lost").has_value());
   ready = await_ready(daemon, 200, "upstream lost");
+  INFO(ready.body);
+  CHECK(ready.status == 200);
+  CHECK(ready.body.find("upstream lost") != std::string::npos);
   CHECK(ready.body.find("serving version 1") != std::string::npos);
   CHECK(pull_bit_exact(address, "tcp", 0) == 1);
   // Another starts at the third address and publishes version 2: the daemon moves on.
@@ -211,7 +215,14 @@ TEST_CASE("relay daemon: bad flags and addresses exit 2 with a message saying wh
   REQUIRE(::bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
   REQUIRE(::listen(taken, 1) == 0);
   const std::string in_use = "127.0.0.1:" + std::to_string(taken_port);
+  char secret_path[] = "/tmp/ws-relayd-secret-XXXXXX";
+  const int secret_fd = ::mkstemp(secret_path);
+  REQUIRE(secret_fd >= 0);
+  REQUIRE(::write(secret_fd, "hunter2\n", 8) == 8);
+  ::close(secret_fd);
+  REQUIRE(::chmod(secret_path, 0644) == 0);
   const std::vector<Case> cases = {
+      {{"--upstream", "a:1", "--secret-file", secret_path}, "readable by others; chmod 600"},
       {{}, "no upstream: give --upstream"},
       {{"--upstream", "trainer"}, "expected HOST:PORT"},
       {{"--upstream", "trainer:99999"}, "port 0..65535"},
@@ -239,4 +250,5 @@ TEST_CASE("relay daemon: bad flags and addresses exit 2 with a message saying wh
     CHECK(all.find("hunter2") == std::string::npos);
   }
   ::close(taken);
+  ::unlink(secret_path);
 }
