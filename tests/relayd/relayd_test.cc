@@ -252,3 +252,30 @@ TEST_CASE("relay daemon: bad flags and addresses exit 2 with a message saying wh
   ::close(taken);
   ::unlink(secret_path);
 }
+
+TEST_CASE("relay daemon: --metrics-address serves the relay's metrics, or is refused in a build without them",
+          "[relayd]") {
+  auto upstream = start_upstream(kSize);
+  if (!weightsync::metrics_available()) {
+    auto p = wsutil::ChildProcess::spawn({"/bin/sh", "-c",
+                                          "exec " + std::string(WS_RELAY_DAEMON_PATH) + " --upstream " +
+                                              upstream.address + " --metrics-address 127.0.0.1:0 2>&1"});
+    std::string all;
+    while (auto line = p.read_line(5s)) all += *line + "\n";
+    INFO(all);
+    CHECK(p.wait(5s) == 2);
+    CHECK(all.find("no /metrics endpoint") != std::string::npos);
+    return;
+  }
+  auto daemon = start_daemon({"--upstream", upstream.address, "--metrics-address", "127.0.0.1:0"}, false);
+  auto line = daemon.wait_for("metrics on http://");
+  REQUIRE(line.has_value());
+  const std::string metrics = line->substr(0, line->find('/'));
+  daemon.serving_address();
+  upstream.publish();
+  REQUIRE(daemon.wait_for("forwarded version 1").has_value());
+  auto scrape = wstest::http_get("127.0.0.1", wstest::port_of(metrics), "/metrics", 3s);
+  REQUIRE(scrape.status == 200);
+  CHECK(scrape.body.find("weightsync_relay_latest_version{source=\"relay\"} 1") != std::string::npos);
+  CHECK(scrape.body.find("weightsync_relay_upstream_connected{source=\"relay\"} 1") != std::string::npos);
+}

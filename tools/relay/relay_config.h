@@ -1,6 +1,6 @@
-// relay_config.h: weightsync-relay's configuration, from flags and
-// WEIGHTSYNC_RELAY_* variables (CLI11: a flag on the command line wins over
-// its variable), checked before anything starts.
+// relay_config.h: weightsync-relay's configuration, from flags and the
+// daemon's variables (WEIGHTSYNC_RELAY_UPSTREAMS and the like; CLI11: a flag
+// on the command line wins over its variable), checked before anything starts.
 //
 // Contract
 // - add_options() registers every flag on a CLI::App; the parsed values land
