@@ -17,6 +17,7 @@ runs="${2:-5}"
 size_mib="${3:-256}"
 rate="${4:-1gbit}"
 if [ -z "${WS_TESTBED:-}" ]; then
+  "$root/scripts/testbed.sh" check >/dev/null || exit 77  # prints SKIPPED: why
   exec "$root/scripts/testbed.sh" run 2 --rate "$rate" -- "$0" "$build" "$runs" "$size_mib" "$rate"
 fi
 tb="$WS_TESTBED_SCRIPT"

@@ -72,7 +72,8 @@ wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text, std:
 
 TEST_CASE("relay daemon: forwards versions from a publisher to tcp and shm subscribers bit-exact", "[relayd]") {
   auto upstream = start_upstream(kSize);
-  auto daemon = start_daemon({"--upstream", upstream.address, "--listen", "127.0.0.1:0"}, false);
+  auto daemon = start_daemon(
+      {"--upstream", upstream.address, "--listen", "127.0.0.1:0", "--summary-seconds", "0.2"}, false);
   const std::string address = daemon.serving_address();
   for (std::uint64_t v = 1; v <= 2; ++v) {
     upstream.publish();
@@ -80,6 +81,10 @@ TEST_CASE("relay daemon: forwards versions from a publisher to tcp and shm subsc
     CHECK(pull_bit_exact(address, "tcp", v - 1) == v);
     CHECK(pull_bit_exact(address, "shm", v - 1) == v);
   }
+  // The periodic summary line.
+  auto summary = daemon.wait_for("summary: version 2, 2 forwarded", 5s);
+  REQUIRE(summary.has_value());
+  CHECK(summary->find("upstream " + upstream.address) != std::string::npos);
 }
 
 TEST_CASE("relay daemon: /readyz is 503 before the first version and 200 after, /livez 200", "[relayd]") {
