@@ -1,10 +1,10 @@
 // weightsync-relay under a stand-in service manager: the test owns the
 // NOTIFY_SOCKET datagram socket, as systemd does for a Type=notify unit.
 // Built only with libsystemd (WEIGHTSYNC_HAVE_SYSTEMD).
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -45,7 +45,8 @@ class NotifySocket {
     std::string all;
     const auto end = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
       if (left.count() <= 0) return all;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return all;
@@ -63,8 +64,9 @@ class NotifySocket {
 
 }  // namespace
 
-TEST_CASE("relay daemon: sd_notify READY=1 only after the first version, WATCHDOG=1 when WATCHDOG_USEC is set",
-          "[relayd]") {
+TEST_CASE(
+    "relay daemon: sd_notify READY=1 only after the first version, WATCHDOG=1 when WATCHDOG_USEC is set",
+    "[relayd]") {
   NotifySocket notify;
   auto upstream = start_upstream(1u << 20);
   ::unsetenv("WATCHDOG_PID");

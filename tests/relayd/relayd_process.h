@@ -56,8 +56,17 @@ struct Upstream {
 };
 
 inline Upstream start_upstream(std::uint64_t size, std::uint16_t port = 0, std::uint64_t first = 1) {
-  std::vector<std::string> argv = {WS_TEST_PEER_PATH, "publish", "--size", std::to_string(size), "--tensors", "3",
-                                   "--versions", "1000", "--step", "--first", std::to_string(first)};
+  std::vector<std::string> argv = {WS_TEST_PEER_PATH,
+                                   "publish",
+                                   "--size",
+                                   std::to_string(size),
+                                   "--tensors",
+                                   "3",
+                                   "--versions",
+                                   "1000",
+                                   "--step",
+                                   "--first",
+                                   std::to_string(first)};
   if (port != 0) {
     argv.push_back("--port");
     argv.push_back(std::to_string(port));

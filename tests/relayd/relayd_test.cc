@@ -2,8 +2,8 @@
 // publisher (ws_test_peer) upstream, real subscribers downstream over tcp and
 // shm, its health endpoint over HTTP, signals, and its flag checks.
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -23,11 +23,14 @@ namespace {
 
 constexpr std::uint64_t kSize = 4u << 20;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Pulls the newest version over `transport` and checks every byte against
 // the test pattern; returns the version.
-std::uint64_t pull_bit_exact(const std::string& address, const std::string& transport, std::uint64_t newer_than) {
+std::uint64_t pull_bit_exact(const std::string& address, const std::string& transport,
+                             std::uint64_t newer_than) {
   weightsync::SubscriberOptions options;
   options.transport = transport;
   options.client_name = "relayd-test";
@@ -46,15 +49,16 @@ std::uint64_t pull_bit_exact(const std::string& address, const std::string& tran
   REQUIRE(pulled.ok());
   for (const auto& t : layout.tensors()) {
     INFO("tensor at " << t.offset << " of version " << pulled->version);
-    CHECK(wstest::find_mismatch(static_cast<char*>(buffer->data()) + t.offset, t.bytes, pulled->version, t.offset) ==
-          -1);
+    CHECK(wstest::find_mismatch(static_cast<char*>(buffer->data()) + t.offset, t.bytes, pulled->version,
+                                t.offset) == -1);
   }
   return pulled->version;
 }
 
 // Polls /readyz until its status is `code` and its body contains `text`;
 // fails the test (and returns the last reply) if that does not come.
-wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text, std::chrono::seconds limit = 10s) {
+wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text,
+                              std::chrono::seconds limit = 10s) {
   const auto start = Clock::now();
   wstest::HttpReply r;
   while (Clock::now() - start < limit) {
@@ -70,7 +74,8 @@ wstest::HttpReply await_ready(Daemon& d, int code, const std::string& text, std:
 
 }  // namespace
 
-TEST_CASE("relay daemon: forwards versions from a publisher to tcp and shm subscribers bit-exact", "[relayd]") {
+TEST_CASE("relay daemon: forwards versions from a publisher to tcp and shm subscribers bit-exact",
+          "[relayd]") {
   auto upstream = start_upstream(kSize);
   auto daemon = start_daemon(
       {"--upstream", upstream.address, "--listen", "127.0.0.1:0", "--summary-seconds", "0.2"}, false);
@@ -140,7 +145,8 @@ TEST_CASE("relay daemon: fails over from a dead first upstream, then to a restar
   CHECK(pull_bit_exact(address, "tcp", 1) == 2);
 }
 
-TEST_CASE("relay daemon: a hostile health client is dropped in time and holds back no probe or pull", "[relayd]") {
+TEST_CASE("relay daemon: a hostile health client is dropped in time and holds back no probe or pull",
+          "[relayd]") {
   auto upstream = start_upstream(kSize);
   auto daemon = start_daemon({"--upstream", upstream.address});
   const std::string address = daemon.serving_address();
@@ -181,8 +187,9 @@ TEST_CASE("relay daemon: a hostile health client is dropped in time and holds ba
   CHECK(daemon.probe("/livez").status == 200);
 }
 
-TEST_CASE("relay daemon: SIGTERM exits 0 within 3 s while a subscriber pulls, which gets an error, not a hang",
-          "[relayd]") {
+TEST_CASE(
+    "relay daemon: SIGTERM exits 0 within 3 s while a subscriber pulls, which gets an error, not a hang",
+    "[relayd]") {
   auto upstream = start_upstream(64u << 20);
   auto daemon = start_daemon({"--upstream", upstream.address}, false);
   const std::string address = daemon.serving_address();

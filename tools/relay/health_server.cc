@@ -19,8 +19,10 @@ namespace {
 
 void reply(mg_connection* conn, int code, const std::string& text) {
   const std::string body = text + "\n";
-  const char* phrase = code == 200 ? "OK" : code == 503 ? "Service Unavailable" : code == 404 ? "Not Found"
-                                                                                              : "Method Not Allowed";
+  const char* phrase = code == 200   ? "OK"
+                       : code == 503 ? "Service Unavailable"
+                       : code == 404 ? "Not Found"
+                                     : "Method Not Allowed";
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
@@ -58,7 +60,8 @@ Result<std::unique_ptr<HealthServer>> HealthServer::start(const std::string& add
   if (!hp.ok()) return hp.status();
   std::string host = hp->host.empty() || hp->host == "localhost" ? "127.0.0.1" : hp->host;
   if (!bindable_host(host)) {
-    return Status(ErrorCode::kInvalidArgument, "--health-address '" + address + "': the host must be a numeric IPv4 address");
+    return Status(ErrorCode::kInvalidArgument,
+                  "--health-address '" + address + "': the host must be a numeric IPv4 address");
   }
   if (Status s = check_bindable(host, hp->port, "--health-address"); !s.ok()) return s;
   std::unique_ptr<HealthServer> server(new HealthServer());
@@ -67,9 +70,17 @@ Result<std::unique_ptr<HealthServer>> HealthServer::start(const std::string& add
   const std::string threads = std::to_string(kThreads);
   const std::string queue = std::to_string(kQueue);
   const std::string timeout = std::to_string(kRequestTimeout.count());
-  const char* options[] = {"listening_ports", ports.c_str(),   "num_threads",       threads.c_str(),
-                           "connection_queue", queue.c_str(),  "request_timeout_ms", timeout.c_str(),
-                           "enable_keep_alive", "no",          nullptr};
+  const char* options[] = {"listening_ports",
+                           ports.c_str(),
+                           "num_threads",
+                           threads.c_str(),
+                           "connection_queue",
+                           queue.c_str(),
+                           "request_timeout_ms",
+                           timeout.c_str(),
+                           "enable_keep_alive",
+                           "no",
+                           nullptr};
   mg_callbacks callbacks{};
   server->ctx_ = mg_start(&callbacks, nullptr, options);
   if (server->ctx_ == nullptr) {

@@ -23,7 +23,8 @@ Result<HostPort> parse_host_port(const std::string& text, const std::string& wha
     out.host = text.substr(0, colon);
     port = text.substr(colon + 1);
   }
-  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  const bool digits =
+      !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
   const unsigned long value = digits ? std::stoul(port) : 70000;
   if (value > 65535) {
     return Status(ErrorCode::kInvalidArgument,
@@ -48,8 +49,9 @@ void add_options(CLI::App& app, DaemonConfig* c) {
                  "HOST:PORT its subscribers connect to over tcp (same-host subscribers get shm on the same "
                  "address); default: WEIGHTSYNC_BIND (127.0.0.1) and a free port")
       ->envname("WEIGHTSYNC_RELAY_LISTEN");
-  app.add_option("--health-address", c->health_address,
-                 "Serve HTTP GET /livez and /readyz on HOST:PORT (a bare :PORT binds 127.0.0.1); off by default")
+  app.add_option(
+         "--health-address", c->health_address,
+         "Serve HTTP GET /livez and /readyz on HOST:PORT (a bare :PORT binds 127.0.0.1); off by default")
       ->envname("WEIGHTSYNC_RELAY_HEALTH_ADDRESS");
   app.add_option("--metrics-address", c->metrics_address,
                  "Serve Prometheus /metrics on HOST:PORT (a bare :PORT binds 127.0.0.1); off by default; "
@@ -58,8 +60,9 @@ void add_options(CLI::App& app, DaemonConfig* c) {
   app.add_option("--slots", c->slots, "Slots of the relay's ring (each holds one version)")
       ->envname("WEIGHTSYNC_RELAY_SLOTS")
       ->check(CLI::Range(2, 64));
-  app.add_flag("--no-pipelined", c->no_pipelined,
-               "Forward whole versions only (default: stream a version's first bytes on while the rest arrives)");
+  app.add_flag(
+      "--no-pipelined", c->no_pipelined,
+      "Forward whole versions only (default: stream a version's first bytes on while the rest arrives)");
   app.add_option("--secret-file", c->secret_file,
                  "Read the shared secret from this file (mode 0600, owner only); default: WEIGHTSYNC_SECRET");
   app.add_option("--secret", c->secret_on_command_line)->group("");  // refused in check()
@@ -72,9 +75,10 @@ void add_options(CLI::App& app, DaemonConfig* c) {
 
 Status check(const DaemonConfig& c) {
   if (!c.secret_on_command_line.empty()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "--secret: a secret on the command line is visible to every user (ps); set WEIGHTSYNC_SECRET "
-                  "in the environment (systemd: EnvironmentFile=) or use --secret-file");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "--secret: a secret on the command line is visible to every user (ps); set WEIGHTSYNC_SECRET "
+        "in the environment (systemd: EnvironmentFile=) or use --secret-file");
   }
   if (c.upstreams.empty()) {
     return Status(ErrorCode::kInvalidArgument,
@@ -84,20 +88,24 @@ Status check(const DaemonConfig& c) {
     auto hp = parse_host_port(u, "--upstream");
     if (!hp.ok()) return hp.status();
     if (hp->host.empty() || hp->port == 0) {
-      return Status(ErrorCode::kInvalidArgument, "--upstream '" + u + "': expected HOST:PORT with a port 1..65535");
+      return Status(ErrorCode::kInvalidArgument,
+                    "--upstream '" + u + "': expected HOST:PORT with a port 1..65535");
     }
   }
   const struct {
     const std::string* value;
     const char* flag;
-  } local[] = {{&c.listen, "--listen"}, {&c.health_address, "--health-address"}, {&c.metrics_address, "--metrics-address"}};
+  } local[] = {{&c.listen, "--listen"},
+               {&c.health_address, "--health-address"},
+               {&c.metrics_address, "--metrics-address"}};
   for (const auto& l : local) {
     if (l.value->empty()) continue;
     auto hp = parse_host_port(*l.value, l.flag);
     if (!hp.ok()) return hp.status();
     if (!hp->host.empty() && !bindable_host(hp->host)) {
-      return Status(ErrorCode::kInvalidArgument, std::string(l.flag) + " '" + *l.value +
-                                                     "': the host must be a numeric IPv4 address or localhost");
+      return Status(
+          ErrorCode::kInvalidArgument,
+          std::string(l.flag) + " '" + *l.value + "': the host must be a numeric IPv4 address or localhost");
     }
   }
   return Status();
@@ -111,11 +119,13 @@ Result<std::string> read_secret_file(const std::string& path) {
     return Status(ErrorCode::kInvalidConfig, "--secret-file " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode) || st.st_size > 4096) {
-    return Status(ErrorCode::kInvalidConfig, "--secret-file " + path + ": not a regular file of at most 4 KiB");
+    return Status(ErrorCode::kInvalidConfig,
+                  "--secret-file " + path + ": not a regular file of at most 4 KiB");
   }
   if ((st.st_mode & 077) != 0) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "--secret-file " + path + ": readable by others; chmod 600 it (scripts/run-secret.sh makes one)");
+    return Status(
+        ErrorCode::kInvalidConfig,
+        "--secret-file " + path + ": readable by others; chmod 600 it (scripts/run-secret.sh makes one)");
   }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;

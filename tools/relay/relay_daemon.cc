@@ -30,8 +30,10 @@ std::string mib(std::uint64_t bytes) {
 }
 
 std::string advice(const weightsync::Status& s) {
-  if (s.code() == ErrorCode::kAuthFailed) return "check that WEIGHTSYNC_SECRET (or --secret-file) matches the trainer's";
-  if (s.code() == ErrorCode::kInvalidConfig) return "check the upstream's layout and the WEIGHTSYNC_* settings";
+  if (s.code() == ErrorCode::kAuthFailed)
+    return "check that WEIGHTSYNC_SECRET (or --secret-file) matches the trainer's";
+  if (s.code() == ErrorCode::kInvalidConfig)
+    return "check the upstream's layout and the WEIGHTSYNC_* settings";
   return "check that the trainer (or upstream relay) runs and that the addresses are right";
 }
 
@@ -48,8 +50,7 @@ class Daemon {
     last_summary_ = Clock::now();
     for (;;) {
       if (!relay_ && Clock::now() >= next_try) {
-        if (!connect()) {
-          say("no upstream reachable yet; retrying in " + std::to_string(backoff.count()) + " ms");
+        if (!connect(backoff)) {
           next_try = Clock::now() + backoff;
           backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
         }
@@ -92,11 +93,14 @@ class Daemon {
     return true;
   }
 
-  bool connect() {
+  // One try over every upstream; on failure one line says why, what to
+  // check, and when the next try comes.
+  bool connect(std::chrono::milliseconds retry_in) {
     auto relay = weightsync::Relay::create(options_);
     if (!relay.ok()) {
       connect_error_ = relay.status().to_string();
-      say("no upstream reachable: " + connect_error_ + " (" + advice(relay.status()) + ")");
+      say("no upstream reachable: " + connect_error_ + " (" + advice(relay.status()) + "); retrying in " +
+          std::to_string(retry_in.count()) + " ms");
       return false;
     }
     relay_ = std::move(*relay);
@@ -129,21 +133,22 @@ class Daemon {
     if (s.upstream_connected != upstream_connected_) {
       upstream_connected_ = s.upstream_connected;
       if (!upstream_connected_) {
-        say("upstream lost: " + s.upstream_error + "; still serving version " + std::to_string(s.latest_version) +
-            " and retrying " + upstream_list());
+        say("upstream lost: " + s.upstream_error + "; still serving version " +
+            std::to_string(s.latest_version) + " and retrying " + upstream_list());
       }
     }
     if (!s.running && !reported_fatal_) {
-      complain("forwarding stopped for good: " + s.error + " (leaves are told kConnectionLost; restart the daemon)");
+      complain("forwarding stopped for good: " + s.error +
+               " (leaves are told kConnectionLost; restart the daemon)");
       reported_fatal_ = true;
     }
     if (config_.summary_seconds > 0 &&
         Clock::now() - last_summary_ >= std::chrono::duration<double>(config_.summary_seconds)) {
       last_summary_ = Clock::now();
-      say("summary: version " + std::to_string(s.latest_version) + ", " + std::to_string(s.versions_forwarded) +
-          " forwarded (" + mib(s.bytes_received) + "), " + std::to_string(s.failovers) + " failovers, " +
-          std::to_string(s.publisher.connections_active) + " subscribers connected, " +
-          std::to_string(s.publisher.leases_active) + " leases, upstream " +
+      say("summary: version " + std::to_string(s.latest_version) + ", " +
+          std::to_string(s.versions_forwarded) + " forwarded (" + mib(s.bytes_received) + "), " +
+          std::to_string(s.failovers) + " failovers, " + std::to_string(s.publisher.connections_active) +
+          " subscribers connected, " + std::to_string(s.publisher.leases_active) + " leases, upstream " +
           (s.upstream_connected ? s.upstream : "lost"));
     }
     stats_ = s;
@@ -160,8 +165,9 @@ class Daemon {
       const auto& s = stats_;
       live_ = s.running;
       r.live = s.running ? Probe{true, "alive; forwarding"} : Probe{false, "forwarding stopped: " + s.error};
-      const std::string upstream = s.upstream_connected ? "upstream " + s.upstream
-                                                        : "upstream lost (" + s.upstream_error + "), retrying";
+      const std::string upstream = s.upstream_connected
+                                       ? "upstream " + s.upstream
+                                       : "upstream lost (" + s.upstream_error + "), retrying";
       if (!s.running) {
         r.ready = {false, "forwarding stopped: " + s.error};
       } else if (!s.publisher.serving) {
@@ -193,9 +199,11 @@ class Daemon {
     if (metrics_ && metrics_id_ != 0) metrics_->remove(metrics_id_);
     metrics_.reset();
     relay_.reset();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.2f",
+                  std::chrono::duration<double>(Clock::now() - start).count());
     say("stopped after " + std::to_string(stats_.versions_forwarded) + " versions (latest " +
-        std::to_string(stats_.latest_version) + ") in " + std::to_string(seconds) + " s");
+        std::to_string(stats_.latest_version) + ") in " + seconds + " s");
     return 0;
   }
 

@@ -62,8 +62,9 @@ int main(int argc, char** argv) try {
     wsrelay::complain(signals.status().to_string());
     return 2;
   }
-  CLI::App app{"weightsync-relay: forwards each new weight version from a trainer (or another relay) "
-               "and serves it to this node's engines (shm) and to other hosts (tcp)."};
+  CLI::App app{
+      "weightsync-relay: forwards each new weight version from a trainer (or another relay) "
+      "and serves it to this node's engines (shm) and to other hosts (tcp)."};
   app.footer(kFooter);
   app.set_version_flag("--version", std::string("weightsync-relay ") + weightsync::version());
   wsrelay::DaemonConfig config;
@@ -86,12 +87,13 @@ int main(int argc, char** argv) try {
     }
   }
   if (!config.metrics_address.empty() && !weightsync::metrics_available()) {
-    wsrelay::complain("--metrics-address: this build has no /metrics endpoint (prometheus-cpp-dev was absent)");
+    wsrelay::complain(
+        "--metrics-address: this build has no /metrics endpoint (prometheus-cpp-dev was absent)");
     return 2;
   }
   const char* bind_env = std::getenv("WEIGHTSYNC_BIND");
-  const std::string listen_host =
-      options->publisher.bind_address.value_or(bind_env != nullptr && *bind_env != '\0' ? bind_env : "127.0.0.1");
+  const std::string listen_host = options->publisher.bind_address.value_or(
+      bind_env != nullptr && *bind_env != '\0' ? bind_env : "127.0.0.1");
   if (wsrelay::bindable_host(listen_host)) {
     const std::string host = listen_host == "localhost" ? "127.0.0.1" : listen_host;
     if (auto s = wsrelay::check_bindable(host, options->publisher.port, "--listen"); !s.ok()) {

@@ -23,7 +23,8 @@ weightsync::Result<StopSignals> StopSignals::install() {
   }
   const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (fd < 0) {
-    return weightsync::Status(weightsync::ErrorCode::kInternal, std::string("signalfd: ") + std::strerror(errno));
+    return weightsync::Status(weightsync::ErrorCode::kInternal,
+                              std::string("signalfd: ") + std::strerror(errno));
   }
   return StopSignals(fd);
 }

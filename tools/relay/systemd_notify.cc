@@ -31,11 +31,17 @@ void SystemdNotifier::send(const std::string& message) {
 #endif
 }
 
-void SystemdNotifier::ready(const std::string& status) { send("READY=1\nSTATUS=" + status); }
+void SystemdNotifier::ready(const std::string& status) {
+  send("READY=1\nSTATUS=" + status);
+}
 
-void SystemdNotifier::status(const std::string& status) { send("STATUS=" + status); }
+void SystemdNotifier::status(const std::string& status) {
+  send("STATUS=" + status);
+}
 
-void SystemdNotifier::stopping(const std::string& status) { send("STOPPING=1\nSTATUS=" + status); }
+void SystemdNotifier::stopping(const std::string& status) {
+  send("STOPPING=1\nSTATUS=" + status);
+}
 
 void SystemdNotifier::tick(bool alive) {
   if (watchdog_.count() == 0 || !alive) return;
