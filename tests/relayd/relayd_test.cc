@@ -139,9 +139,9 @@ TEST_CASE("relay daemon: fails over from a dead first upstream, then to a restar
   auto second = start_upstream(kSize, second_port, 2);
   second.publish();
   REQUIRE(daemon.wait_for("forwarded version 2", 20s).has_value());
-  ready = await_ready(daemon, 200, "upstream 127.0.0.1:" + std::to_string(second_port));
+  ready = await_ready(daemon, 200, "serving version 2");
   INFO(ready.body);
-  CHECK(ready.body.find("serving version 2") != std::string::npos);
+  CHECK(ready.body.find("upstream 127.0.0.1:" + std::to_string(second_port)) != std::string::npos);
   CHECK(pull_bit_exact(address, "tcp", 1) == 2);
 }
 
