@@ -195,10 +195,15 @@ class Daemon {
       ::_exit(1);
     }).detach();
     const auto start = Clock::now();
-    health_.reset();
+    // Not ready from now on; the relay goes first (its subscribers learn at
+    // once), then both HTTP servers stop side by side (civetweb takes up to
+    // about 2 s each).
+    board_.post({{true, "stopping"}, {false, why}});
     if (metrics_ && metrics_id_ != 0) metrics_->remove(metrics_id_);
-    metrics_.reset();
     relay_.reset();
+    std::thread metrics_stop([this] { metrics_.reset(); });
+    health_.reset();
+    metrics_stop.join();
     char seconds[32];
     std::snprintf(seconds, sizeof(seconds), "%.2f",
                   std::chrono::duration<double>(Clock::now() - start).count());

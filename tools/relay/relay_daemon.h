@@ -12,9 +12,10 @@
 //   complete version and its publisher serves, else 503; both say why in one
 //   line (the upstream in use, or the one being retried).
 // - systemd: READY=1 with the first version held; WATCHDOG=1 while live.
-// - Stop: on a signal it logs, sends STOPPING=1, stops the health and metrics
-//   servers and destroys the Relay (its subscribers' connections close, so a
-//   pulling leaf gets kConnectionLost at once); a guard exits the process
+// - Stop: on a signal it logs, sends STOPPING=1, turns /readyz 503, destroys
+//   the Relay (its subscribers' connections close, so a pulling leaf gets
+//   kConnectionLost at once), then stops the health and metrics servers
+//   (in parallel: civetweb takes up to about 2 s); a guard exits the process
 //   with 1 if that takes longer than DaemonConfig::stop_timeout_ms. A
 //   connect attempt in progress finishes first (bounded by the connect
 //   timeout of each address).
