@@ -291,3 +291,34 @@ TEST_CASE("relay daemon: --metrics-address serves the relay's metrics, or is ref
   CHECK(scrape.body.find("weightsync_relay_latest_version{source=\"relay\"} 1") != std::string::npos);
   CHECK(scrape.body.find("weightsync_relay_upstream_connected{source=\"relay\"} 1") != std::string::npos);
 }
+
+TEST_CASE("relay daemon: WEIGHTSYNC_RELAY_* variables configure it and a flag wins over its variable",
+          "[relayd]") {
+  auto upstream = start_upstream(kSize);
+  const std::uint16_t port = free_port();
+  {
+    // Variables only.
+    auto daemon = start_daemon(
+        {}, false,
+        {"WEIGHTSYNC_RELAY_UPSTREAMS=127.0.0.1:1," + upstream.address,
+         "WEIGHTSYNC_RELAY_LISTEN=127.0.0.1:" + std::to_string(port), "WEIGHTSYNC_RELAY_SLOTS=4"});
+    auto start = daemon.wait_for("weightsync-relay ");
+    REQUIRE(start.has_value());
+    CHECK(start->find("4 slots") != std::string::npos);
+    CHECK(daemon.serving_address() == "127.0.0.1:" + std::to_string(port));
+  }
+  {
+    // The flags win: the variable's upstream is dead, its port taken by nobody.
+    auto daemon = start_daemon(
+        {"--upstream", upstream.address, "--listen", "127.0.0.1:0", "--slots", "2"}, false,
+        {"WEIGHTSYNC_RELAY_UPSTREAMS=127.0.0.1:1",
+         "WEIGHTSYNC_RELAY_LISTEN=127.0.0.1:" + std::to_string(port), "WEIGHTSYNC_RELAY_SLOTS=9"});
+    auto start = daemon.wait_for("weightsync-relay ");
+    REQUIRE(start.has_value());
+    CHECK(start->find("2 slots") != std::string::npos);
+    auto connected = daemon.wait_for("connected to upstream ");
+    REQUIRE(connected.has_value());
+    CHECK(connected->rfind(upstream.address + ";", 0) == 0);
+    CHECK(connected->find("serving on 127.0.0.1:" + std::to_string(port) + " ") == std::string::npos);
+  }
+}
