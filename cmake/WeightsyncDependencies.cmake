@@ -85,13 +85,17 @@ if(NOT WEIGHTSYNC_WITH_PYTHON STREQUAL "OFF")
 endif()
 weightsync_resolve(WEIGHTSYNC_WITH_PYTHON "${_found}" "pybind11-dev python3-dev" "pybind11 and the Python 3 headers")
 # The Prometheus /metrics endpoint (weightsync/metrics.h): prometheus-cpp's
-# core and pull (civetweb) libraries.
+# exposition (core) served by libmicrohttpd (src/metrics/http_server.h says
+# why not prometheus-cpp's civetweb server).
 set(_found OFF)
 if(NOT WEIGHTSYNC_WITH_METRICS STREQUAL "OFF")
   find_package(prometheus-cpp CONFIG QUIET)
-  if(prometheus-cpp_FOUND AND TARGET prometheus-cpp::pull)
+  find_path(MICROHTTPD_INCLUDE_DIR microhttpd.h)
+  find_library(MICROHTTPD_LIBRARY microhttpd)
+  if(prometheus-cpp_FOUND AND TARGET prometheus-cpp::core AND MICROHTTPD_INCLUDE_DIR AND MICROHTTPD_LIBRARY)
     set(_found ON)
   endif()
 endif()
-weightsync_resolve(WEIGHTSYNC_WITH_METRICS "${_found}" "prometheus-cpp-dev" "prometheus-cpp")
+weightsync_resolve(WEIGHTSYNC_WITH_METRICS "${_found}" "prometheus-cpp-dev libmicrohttpd-dev"
+                   "prometheus-cpp and libmicrohttpd")
 unset(_found)

@@ -43,7 +43,8 @@ GeneratorLoop::GeneratorLoop(GeneratorOptions options, policy::Transformer model
       transcripts_(transcripts),
       next_task_(options_.start.next_task),
       next_round_(options_.start.next_round),
-      next_sequence_(options_.start.next_sequence) {}
+      next_sequence_(options_.start.next_sequence),
+      prometheus_(options_.metrics_endpoint) {}
 
 zorplex::Result<bool> GeneratorLoop::save_state() {
   if (options_.state_file.empty()) return true;
@@ -76,7 +77,9 @@ zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
   }
   std::string last_error;
   while (!stop.load()) {
+    prometheus_.track_relay(nullptr);  // connect() may replace a stopped relay
     auto subscriber = source_->connect();
+    prometheus_.track_relay(source_->relay());
     if (subscriber.ok()) {
       const weightsync::WeightLayout& offered = subscriber.value()->layout();
       if (!pull_target_ || pull_target_->offered() != offered) {
@@ -91,7 +94,9 @@ zorplex::Result<bool> GeneratorLoop::connect(const std::atomic<bool>& stop) {
             options_.id);
         narrow_wire_ = true;
       }
+      prometheus_.track_subscriber(nullptr);
       subscriber_ = std::move(subscriber).value();
+      prometheus_.track_subscriber(subscriber_.get());
       const std::string wire =
           pull_target_->widens() ? std::string(", weights in ") +
                                        loop::wire_dtype_name(pull_target_->wire_dtype()) + ", widened to fp32"
@@ -132,6 +137,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
         std::printf("generator %u: lost the trainer (%s); reconnecting\n", options_.id,
                     subscriber_->status().message().c_str());
         std::fflush(stdout);
+        prometheus_.track_subscriber(nullptr);
         subscriber_.reset();
         ++totals_.reconnects;
       }
@@ -167,6 +173,7 @@ zorplex::Result<GeneratorLoop::Pulled> GeneratorLoop::pull_newest(bool wait_for_
       buffer_intact_ = true;
       ++totals_.pulls;
       const double end = loop::wall_clock_seconds();
+      prometheus_.count_blocked(r.seconds);  // a foreground pull's whole time (as rl-report counts it)
       if (r.wait_seconds > 0.001) timeline_.span("wait", wait_start, end - r.seconds);
       timeline_.span("pull", end - r.seconds, end, {{"version", r.version}, {"bytes", r.bytes}});
       if (metrics_ != nullptr) {
@@ -228,10 +235,12 @@ zorplex::Result<bool> GeneratorLoop::prepare_staged(const std::atomic<bool>& sto
       if (!connected) return connected.error();
       if (!connected.value()) return false;
       if (narrow_wire_) return true;  // the round-boundary path takes over
+      prometheus_.track_subscriber(nullptr);  // the staged updates own it now
       if (!staged_) {
         auto made = StagedPolicy::create(std::move(subscriber_), model_, options_.id, metrics_, &timeline_);
         if (!made) return made.error();
         staged_ = std::move(made).value();
+        prometheus_.track_staged(&staged_->updates());
       } else if (weightsync::Status s = staged_->reconnect(std::move(subscriber_)); !s.ok()) {
         if (s.code() == weightsync::ErrorCode::kInvalidArgument) {
           return zorplex::Error{"the trainer now serves another layout: " + s.message()};

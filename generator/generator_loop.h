@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "algorithms/replay_buffer.h"
+#include "generator/generator_metrics.h"
 #include "generator/generator_state.h"
 #include "loop/run_log.h"
 #include "policy/transformer.h"
@@ -88,6 +89,7 @@
 #include "zorplex/result.h"
 
 namespace weightsync {
+class MetricsEndpoint;
 class Subscriber;
 }
 namespace loop {
@@ -148,6 +150,10 @@ struct GeneratorOptions {
   // prompts were sampled. Off: one batch of `prompts`, every group sent.
   bool dynamic_filter = true;
   int oversample_cap = 4;
+  // A Prometheus /metrics endpoint the caller started (--metrics-address)
+  // and keeps alive past the loop: the loop registers its subscriber,
+  // in-flight updates and relay there (generator_metrics.h). nullptr: none.
+  weightsync::MetricsEndpoint* metrics_endpoint = nullptr;
 };
 
 struct GeneratorTotals {
@@ -239,6 +245,8 @@ class GeneratorLoop {
   std::uint64_t pace_base_version_ = 0;  // first version pulled on this connection
   std::uint64_t pace_sent_groups_ = 0;   // groups sent on this connection
   GeneratorTotals totals_;
+  // Last: destroyed first, so no scrape reads the objects above as they go.
+  GeneratorMetrics prometheus_;
 };
 
 }  // namespace generator

@@ -34,6 +34,7 @@
 #include "generator/generator_state.h"
 #include "generator/weight_source.h"
 #include "loop/device.h"
+#include "metrics_flag.h"
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
 #include "policy/cpu_threads.h"
@@ -157,6 +158,8 @@ int main(int argc, char** argv) try {
                  "Where the policy samples: cpu, or cuda (the first visible GPU; pulls land in device "
                  "memory)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string metrics_address;
+  app.add_option("--metrics-address", metrics_address, weightsync::tools::kMetricsAddressHelp);
   CLI11_PARSE(app, argc, argv);
   options.staged_updates = in_flight == "on";
   options.dynamic_filter = dynamic_filter == "on";
@@ -257,6 +260,10 @@ int main(int argc, char** argv) try {
     std::printf("generator %u: transcripts to %s\n", options.id, transcripts->path().c_str());
   }
 
+  // Declared before loop_: it outlives the loop, which removes its sources as it goes.
+  auto prometheus = weightsync::tools::start_metrics_flag(metrics_address, "generator " + std::to_string(options.id));
+  if (!prometheus.ok()) return fail(prometheus.status().to_string());
+  options.metrics_endpoint = prometheus.value().get();
   generator::GeneratorLoop loop_(options, std::move(model).value(), format.value(), metrics.get(),
                                  timeline.get(), transcripts.get());
   auto totals = loop_.run(g_stop);

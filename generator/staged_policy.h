@@ -61,6 +61,8 @@ class StagedPolicy {
   weightsync::Status reconnect(std::unique_ptr<weightsync::Subscriber> subscriber);
   std::string transport() const { return staged_->transport(); }
   weightsync::StagedUpdatesStats stats() const { return staged_->stats(); }
+  // For the /metrics endpoint (lives as long as this object; reconnect() keeps it).
+  const weightsync::StagedUpdates& updates() const { return *staged_; }
 
  private:
   StagedPolicy() = default;

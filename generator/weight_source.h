@@ -47,6 +47,9 @@ class WeightSource {
   // For logs: "the trainer at A" or "its relay at R (upstreams A, B)".
   std::string describe() const;
   bool relaying() const noexcept { return !options_.relay_bind.empty(); }
+  // The relay connect() created (nullptr: none yet, or no relay). connect()
+  // may replace a stopped relay: untrack it (metrics) before calling it.
+  const weightsync::Relay* relay() const noexcept { return relay_.get(); }
 
  private:
   weightsync::Status start_relay();

@@ -25,6 +25,17 @@ run_suite() {  # run_suite NAME BUILD_DIR CMAKE_ARGS OPT_FLAGS [ctest args...]
 }
 
 run_suite "tests" "${WEIGHTSYNC_BUILD_DIR:-$root/build}" "" "${WEIGHTSYNC_OPT_FLAGS:-}" "$@"
+# The GPU check's dry run (docs/gpu.md): the carried packages fetched and
+# unpacked, a configure against them with the CUDA objects compiled, and what
+# needs no GPU run against the build above. Not with a ctest selection.
+if [ $# -eq 0 ]; then
+  start=$SECONDS
+  echo "== GPU check, dry run (scripts/gpu-check.sh --dry-run)"
+  "$root/scripts/fetch-gpu-packages.sh"
+  WEIGHTSYNC_BUILD_DIR="${WEIGHTSYNC_BUILD_DIR:-$root/build}" OUT="${WEIGHTSYNC_BUILD_DIR:-$root/build}/gpu-check" \
+    "$root/scripts/gpu-check.sh" --dry-run
+  echo "== GPU check, dry run: done in $((SECONDS - start)) s"
+fi
 if [ "$sanitizers" = 1 ]; then
   # tests/tsan.supp: libzmq is not instrumented (see the file).
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"

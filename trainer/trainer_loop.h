@@ -199,6 +199,9 @@ class TrainerLoop {
 
   const std::string& weights_address() const { return weights_address_; }
   const std::string& trajectory_endpoint() const { return trajectory_endpoint_; }
+  // The Publisher subscribers pull from (the NarrowingPublisher's or
+  // Fp8Publisher's, if any); after start(), alive as long as this loop.
+  weightsync::Publisher& weights_publisher();
 
  private:
   zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_round(const std::atomic<bool>& stop);
@@ -226,8 +229,6 @@ class TrainerLoop {
   zorplex::Result<bool> publish_host();
   zorplex::Result<bool> publish_device();
   zorplex::Result<bool> publish_narrow();
-  // The Publisher subscribers pull from (the NarrowingPublisher's, if any).
-  weightsync::Publisher& weights_publisher();
   // Collects the in-flight device publish, if any, and logs it.
   zorplex::Result<bool> flush_publish();
   zorplex::Result<bool> checkpoint();

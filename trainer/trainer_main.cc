@@ -30,6 +30,7 @@
 #include <string>
 
 #include "loop/device.h"
+#include "metrics_flag.h"
 #include "loop/policy_weights.h"
 #include "loop/rl_checkpoint.h"
 #include "policy/cpu_threads.h"
@@ -208,6 +209,8 @@ int main(int argc, char** argv) try {
                  "scales, embeddings and 1-D tensors in bf16, which generators dequantize. bf16/fp16/fp8 need "
                  "--device cpu")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
+  std::string metrics_address;
+  app.add_option("--metrics-address", metrics_address, weightsync::tools::kMetricsAddressHelp);
   CLI11_PARSE(app, argc, argv);
   auto device = loop::select_device(device_name);
   if (!device) return fail(device.error().message);
@@ -333,6 +336,10 @@ int main(int argc, char** argv) try {
   }
   auto started = loop_.start();
   if (!started) return fail(started.error().message);
+  // Declared after loop_: destroyed first, so no scrape reads its publisher as it goes.
+  auto metrics = weightsync::tools::start_metrics_flag(metrics_address, "trainer");
+  if (!metrics.ok()) return fail(metrics.status().to_string());
+  if (*metrics) (*metrics)->add_publisher(loop_.weights_publisher(), "trainer");
   std::printf("trainer: %s %s, serving weights at %s, trajectories at %s\n", mode.c_str(),
               options.algorithm.c_str(), loop_.weights_address().c_str(),
               loop_.trajectory_endpoint().c_str());

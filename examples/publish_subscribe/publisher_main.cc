@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "metrics_flag.h"
 #include "synthetic_weights.h"
 
 namespace {
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--address-file", address_file, "Write host:port here once listening");
   std::string metrics_address;
   app.add_option("--metrics-address", metrics_address,
-                 "Serve Prometheus /metrics on HOST:PORT (a bare :PORT binds 127.0.0.1; off by default)");
+                 weightsync::tools::kMetricsAddressHelp);
   CLI11_PARSE(app, argc, argv);
 
   std::signal(SIGINT, on_signal);
@@ -64,19 +65,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "publisher: %s\n", publisher.status().to_string().c_str());
     return 2;
   }
-  std::unique_ptr<weightsync::MetricsEndpoint> metrics;
-  if (!metrics_address.empty()) {
-    weightsync::MetricsOptions mopts;
-    mopts.address = metrics_address;
-    auto started = weightsync::MetricsEndpoint::start(mopts);
-    if (!started.ok()) {
-      std::fprintf(stderr, "publisher: %s\n", started.status().to_string().c_str());
-      return 2;
-    }
-    metrics = std::move(*started);
-    metrics->add_publisher(**publisher, "trainer");
-    std::printf("publisher: metrics on http://%s/metrics\n", metrics->address().c_str());
+  auto metrics = weightsync::tools::start_metrics_flag(metrics_address, "publisher");
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "publisher: %s\n", metrics.status().to_string().c_str());
+    return 2;
   }
+  if (*metrics) (*metrics)->add_publisher(**publisher, "trainer");
   const std::string address = (*publisher)->address();
   std::printf("publisher: listening on %s (%zu slots x %llu bytes, %zu tensors)\n", address.c_str(),
               (*publisher)->slot_count(), static_cast<unsigned long long>(layout->total_bytes()),

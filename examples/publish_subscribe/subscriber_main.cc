@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "metrics_flag.h"
 #include "synthetic_weights.h"
 
 int main(int argc, char** argv) {
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   app.add_flag("--contiguous", contiguous, "Pull into one region instead of one buffer per tensor");
   std::string metrics_address;
   app.add_option("--metrics-address", metrics_address,
-                 "Serve Prometheus /metrics on HOST:PORT (a bare :PORT binds 127.0.0.1; off by default)");
+                 weightsync::tools::kMetricsAddressHelp);
   CLI11_PARSE(app, argc, argv);
 
   weightsync::SubscriberOptions options;
@@ -34,19 +35,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "subscriber: %s\n", sub.status().to_string().c_str());
     return 2;
   }
-  std::unique_ptr<weightsync::MetricsEndpoint> metrics;
-  if (!metrics_address.empty()) {
-    weightsync::MetricsOptions mopts;
-    mopts.address = metrics_address;
-    auto started = weightsync::MetricsEndpoint::start(mopts);
-    if (!started.ok()) {
-      std::fprintf(stderr, "subscriber: %s\n", started.status().to_string().c_str());
-      return 2;
-    }
-    metrics = std::move(*started);
-    metrics->add_subscriber(**sub, "generator");
-    std::printf("subscriber: metrics on http://%s/metrics\n", metrics->address().c_str());
+  auto metrics = weightsync::tools::start_metrics_flag(metrics_address, "subscriber");
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "subscriber: %s\n", metrics.status().to_string().c_str());
+    return 2;
   }
+  if (*metrics) (*metrics)->add_subscriber(**sub, "generator");
   const weightsync::WeightLayout& layout = (*sub)->layout();
   std::printf("subscriber: connected over %s; layout has %zu tensors, %llu bytes\n",
               (*sub)->transport().c_str(), layout.tensors().size(),

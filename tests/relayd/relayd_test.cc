@@ -154,10 +154,10 @@ TEST_CASE("relay daemon: a hostile health client is dropped in time and holds ba
   REQUIRE(await_ready(daemon, 200, "serving version 1").status == 200);
   const std::string host = "127.0.0.1";
   const std::uint16_t port = wstest::port_of(daemon.health);
-  // Three silent connections (one fewer than the server's threads) and one
-  // that sends garbage.
+  // Eight silent connections (twice the server's threads: a silent one holds
+  // none) and one that sends garbage.
   std::vector<int> idle;
-  for (int i = 0; i < 3; ++i) idle.push_back(wstest::open_idle_connection(host, port, 2s));
+  for (int i = 0; i < 8; ++i) idle.push_back(wstest::open_idle_connection(host, port, 2s));
   const int garbage = wstest::open_idle_connection(host, port, 2s);
   const std::string junk = "\x16\x03\x01\xff GARBAGE /../../etc \r\n\r\n";
   REQUIRE(::send(garbage, junk.data(), junk.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(junk.size()));

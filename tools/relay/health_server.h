@@ -1,34 +1,36 @@
 // health_server.h: HTTP liveness and readiness for a supervisor
 // (Kubernetes probes, a load balancer, curl in a script): GET /livez and
-// GET /readyz over civetweb.
+// GET /readyz over libmicrohttpd (the HTTP server of the /metrics endpoint
+// too: no second HTTP library, and an idle connection holds no thread).
 //
 // Contract
 // - start() binds `address` ("HOST:PORT", ":PORT" or "PORT"; no host means
 //   127.0.0.1; port 0 picks a free one) and serves until destroyed. Each
 //   probe calls `report` (from a server thread) and answers 200 or 503 with
 //   a one-line text/plain reason; any other path is 404, any other method
-//   405. Nothing else is served (no files).
-// - Bounded: at most kThreads requests are served at once, kQueue accepted
-//   connections wait for a thread (then the kernel's backlog), and a client
-//   that is silent, slow or sends garbage is dropped after kRequestTimeout
-//   (civetweb's request_timeout_ms); keep-alive is off. A held server never
-//   holds back the relay: its threads are not the relay's.
+//   405. Nothing else is served (no files). One request per connection.
+// - Bounded: kThreads event-driven threads serve every connection (a silent
+//   one holds none); at most kThreads + kQueue connections are open at once
+//   (more are accepted and closed at once); a connection silent for
+//   kRequestTimeout (whole seconds) is closed; a request's headers may take
+//   at most 16 KiB. Its threads are not the relay's: a held server never
+//   holds back forwarding or pulls.
 // - Errors: start() returns kInvalidArgument for an address it cannot parse,
 //   kInvalidConfig when it cannot bind (in use: the message says so). No
 //   exception leaves this type.
 // - Threads: `report` must be thread-safe. The destructor stops the server
-//   and joins its threads (civetweb: up to about 2 s).
+//   and joins its threads (promptly).
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "weightsync/status.h"
 
-struct mg_context;
-struct mg_connection;
+struct MHD_Daemon;
 
 namespace wsrelay {
 
@@ -56,12 +58,14 @@ class HealthServer {
 
   // "HOST:PORT" actually bound.
   std::string address() const { return address_; }
+  // What a probe answers now (the server's threads call it).
+  HealthReport report() const { return report_(); }
 
  private:
   HealthServer() = default;
-  static int handle(mg_connection* conn, void* self);
+
   std::function<HealthReport()> report_;
-  mg_context* ctx_ = nullptr;
+  MHD_Daemon* daemon_ = nullptr;
   std::string address_;
 };
 

@@ -196,8 +196,7 @@ class Daemon {
     }).detach();
     const auto start = Clock::now();
     // Not ready from now on; the relay goes first (its subscribers learn at
-    // once), then both HTTP servers stop side by side (civetweb takes up to
-    // about 2 s each).
+    // once), then both HTTP servers stop side by side.
     board_.post({{true, "stopping"}, {false, why}});
     if (metrics_ && metrics_id_ != 0) metrics_->remove(metrics_id_);
     relay_.reset();

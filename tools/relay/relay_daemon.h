@@ -15,7 +15,7 @@
 // - Stop: on a signal it logs, sends STOPPING=1, turns /readyz 503, destroys
 //   the Relay (its subscribers' connections close, so a pulling leaf gets
 //   kConnectionLost at once), then stops the health and metrics servers
-//   (in parallel: civetweb takes up to about 2 s); a guard exits the process
+//   (in parallel); a guard exits the process
 //   with 1 if that takes longer than DaemonConfig::stop_timeout_ms. A
 //   connect attempt in progress finishes first (bounded by the connect
 //   timeout of each address).

@@ -3,7 +3,9 @@
 //
 // Contract
 // - MetricsEndpoint::start() serves GET /metrics (Prometheus text format
-//   0.0.4) on `options.address`, over prometheus-cpp's civetweb server. It is
+//   0.0.4, prometheus-cpp's serializer) on `options.address`, over
+//   libmicrohttpd (not prometheus-cpp's civetweb server: its 100 KiB thread
+//   stacks cannot start in a process with libtorch's static TLS). It is
 //   off unless a program starts one; an address without a host binds
 //   127.0.0.1 (loopback), so exposing it beyond the host is an explicit
 //   choice ("0.0.0.0:9464"). An empty address serves nothing: scrape() only.
@@ -16,16 +18,14 @@
 // - Unauthenticated by design (the Prometheus convention), so it exposes no
 //   secret, key, host address, memory address or error text: counters,
 //   gauges, the pull latency histogram, and label values the program chose
-//   (`source`) or the library names (`transport`). A scraper cannot hold
-//   more than `options.threads` server threads, each for at most
-//   `options.request_timeout`; further connections wait in a queue of
-//   `options.queue`, then in the kernel's listen backlog (the accepting
-//   thread waits for room). The server's threads are not the publisher's:
-//   a held endpoint delays scrapes, never pulls. prometheus-cpp adds its own
-//   exposer_* metrics (scrapes, bytes, latencies) to each scrape.
-// - The destructor stops the server and joins its threads: up to about 2 s
-//   (civetweb's master thread polls its socket in 2 s quanta), so stop it
-//   with the program, not per step.
+//   (`source`) or the library names (`transport`). `options.threads`
+//   event-driven threads serve every connection (an idle one holds none);
+//   at most `options.threads + options.queue` connections are open at once
+//   (more are accepted and closed); a silent connection is closed after
+//   `options.request_timeout`, rounded up to whole seconds. The server's
+//   threads are not the publisher's: a held endpoint delays scrapes, never
+//   pulls.
+// - The destructor stops the server and joins its threads (promptly).
 // - Sources: add_*() registers an object by reference under a `source` label
 //   value (e.g. "trainer", "relay"). The object must outlive the endpoint, or
 //   be removed with remove() first; remove() returns once no scrape reads it.

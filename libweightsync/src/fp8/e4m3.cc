@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 
+#include "common/float_bits.h"
 #include "weightsync/fp8.h"
 
 // GCC on x86-64 compiles the quantizing loops three times (AVX-512, AVX2,
@@ -26,17 +27,8 @@
 namespace weightsync {
 namespace {
 
-inline std::uint32_t bits_of(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-
-inline float float_of(std::uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
+using detail::bits_of;
+using detail::float_of;
 
 constexpr std::int32_t kInfBits = 0x7f800000;
 constexpr std::int32_t kMaxBits = 0x43e00000;        // 448.0f

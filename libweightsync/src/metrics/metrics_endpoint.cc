@@ -1,6 +1,8 @@
-// metrics_endpoint.cc: MetricsEndpoint over prometheus-cpp: a Collectable
-// that reads the registered sources' stats() at scrape time, and civetweb
-// (prometheus::Exposer) serving it with bounded threads, queue and timeouts.
+// metrics_endpoint.cc: MetricsEndpoint over prometheus-cpp's exposition: a
+// Collectable that reads the registered sources' stats() at scrape time,
+// serialized by prometheus-cpp and served by libmicrohttpd with bounded
+// threads, connections and timeouts (metrics/http_server.h says why not
+// prometheus-cpp's own civetweb server).
 #include "weightsync/metrics.h"
 
 #include <exception>
@@ -11,10 +13,10 @@
 #include <utility>
 
 #include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/text_serializer.h>
 
 #include "metrics/endpoint_address.h"
+#include "metrics/http_server.h"
 #include "metrics/metric_families.h"
 #include "weightsync/publisher.h"
 #include "weightsync/relay.h"
@@ -27,7 +29,7 @@ namespace {
 
 using Reader = std::function<void(detail::FamilySet&)>;
 
-// The sources, read under one mutex by each scrape (civetweb's threads).
+// The sources, read under one mutex by each scrape (the server's threads).
 class SourceCollector final : public prometheus::Collectable {
  public:
   MetricsSourceId add(Reader reader) {
@@ -55,7 +57,7 @@ class SourceCollector final : public prometheus::Collectable {
         detail::collect_generation_blocked(set, source, b.first, b.second);
       return set.take();
     } catch (const std::exception&) {
-      return {};  // out of memory mid-scrape: an empty scrape, never a throw into civetweb
+      return {};  // out of memory mid-scrape: an empty scrape, never a throw into the server
     }
   }
 
@@ -71,7 +73,8 @@ class SourceCollector final : public prometheus::Collectable {
 class MetricsEndpoint::Impl {
  public:
   std::shared_ptr<SourceCollector> collector = std::make_shared<SourceCollector>();
-  std::unique_ptr<prometheus::Exposer> exposer;  // null: scrape() only
+  // After the collector: stopped (threads joined) before it goes. Null: scrape() only.
+  std::unique_ptr<detail::MetricsHttpServer> server;
   std::string address;
 };
 
@@ -82,7 +85,7 @@ bool metrics_available() noexcept {
 MetricsEndpoint::MetricsEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MetricsEndpoint::~MetricsEndpoint() {
-  if (impl_ && impl_->exposer) impl_->exposer.reset();  // joins civetweb's threads before the collector goes
+  if (impl_ && impl_->server) impl_->server.reset();  // joins the server's threads before the collector goes
 }
 
 Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(MetricsOptions options) try {
@@ -95,24 +98,19 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(MetricsOptions o
       return Status(ErrorCode::kInvalidArgument,
                     "MetricsOptions: threads must be 1..64, queue 1..1024 and request_timeout positive");
     }
-    std::vector<std::string> civet = {
-        "listening_ports",    bind->listening_ports(),
-        "num_threads",        std::to_string(options.threads),
-        "connection_queue",   std::to_string(options.queue),
-        "request_timeout_ms", std::to_string(options.request_timeout.count()),
-        "enable_keep_alive",  "no",
-        "max_request_size",   "4096",
-    };
-    try {
-      impl->exposer = std::make_unique<prometheus::Exposer>(std::move(civet));
-    } catch (const std::exception& e) {
-      return Status(ErrorCode::kInvalidConfig, "metrics endpoint: cannot serve on " +
-                                                   bind->listening_ports() + ": " + e.what() +
-                                                   " (is the port in use?)");
-    }
-    impl->exposer->RegisterCollectable(impl->collector);
-    const auto ports = impl->exposer->GetListeningPorts();
-    impl->address = bind->host + ":" + std::to_string(ports.empty() ? bind->port : ports.front());
+    std::shared_ptr<SourceCollector> collector = impl->collector;
+    auto server = detail::MetricsHttpServer::start(*bind, options, [collector]() -> std::string {
+      try {
+        std::ostringstream out;
+        prometheus::TextSerializer().Serialize(out, collector->Collect());
+        return out.str();
+      } catch (const std::exception&) {
+        return std::string();  // out of memory: an empty scrape, never a throw into the server
+      }
+    });
+    if (!server.ok()) return server.status();
+    impl->server = std::move(server).value();
+    impl->address = bind->host + ":" + std::to_string(impl->server->port());
   }
   return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(impl)));
 } catch (const std::exception& e) {

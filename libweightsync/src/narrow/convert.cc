@@ -5,23 +5,15 @@
 #include <cstring>
 #include <string>
 
+#include "common/float_bits.h"
 #include "narrow/image_convert.h"
 #include "weightsync/narrow.h"
 
 namespace weightsync {
 namespace {
 
-inline std::uint32_t bits_of(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-
-inline float float_of(std::uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
+using detail::bits_of;
+using detail::float_of;
 
 // float32 bits -> bfloat16 bits. Adding 0x7fff plus the lowest kept bit and
 // truncating rounds to nearest, ties to even (and carries into the exponent,

@@ -8,12 +8,11 @@
 // reads are routed as small records before they become PlannedReads, so a plan of thousands of tensors takes
 // milliseconds.
 #include <algorithm>
-#include <memory_resource>
 #include <string_view>
-#include <unordered_set>
 
 #include "sharding/box_geometry.h"
 #include "sharding/experts.h"
+#include "sharding/name_set.h"
 #include "sharding/shard_index.h"
 
 namespace weightsync {
@@ -29,6 +28,7 @@ Status invalid(const std::string& why) {
 }
 
 using detail::IndexedTensor;
+using detail::NameSet;
 using detail::ShardGroup;
 using detail::ShardHolder;
 
@@ -43,17 +43,6 @@ std::string piece_what(const DestinationTensor& dest, std::size_t p, std::size_t
   return "piece " + std::to_string(p) + " (tensor '" + dest.pieces[p].tensor + "') of " +
          dest_what(dest, engine_rank);
 }
-
-// A set of names whose nodes come from one arena (no allocation per name).
-class NameSet {
- public:
-  explicit NameSet(std::size_t expected) : names_(&arena_) { names_.reserve(expected); }
-  bool insert(std::string_view name) { return names_.insert(name).second; }
-
- private:
-  std::pmr::monotonic_buffer_resource arena_;
-  std::pmr::unordered_set<std::string_view> names_;
-};
 
 // ---------------------------------------------------------------------------
 // The engine side: destination tensors and their pieces

@@ -4,10 +4,9 @@
 #include "sharding/shard_index.h"
 
 #include <algorithm>
-#include <memory_resource>
-#include <unordered_set>
 
 #include "sharding/experts.h"
+#include "sharding/name_set.h"
 
 namespace weightsync::detail {
 
@@ -51,17 +50,6 @@ struct PendingTensor {
   IndexedTensor* entry = nullptr;
   std::vector<ShardBox> boxes;
   bool has_expert_dim = false;
-};
-
-// A set of names whose nodes come from one arena (no allocation per name).
-class NameSet {
- public:
-  explicit NameSet(std::size_t expected) : names_(&arena_) { names_.reserve(expected); }
-  bool insert(std::string_view name) { return names_.insert(name).second; }
-
- private:
-  std::pmr::monotonic_buffer_resource arena_;
-  std::pmr::unordered_set<std::string_view> names_;
 };
 
 // The boxes of one shard (one, or one per run of experts) into `pending`.
