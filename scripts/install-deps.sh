@@ -16,6 +16,7 @@ packages=(
   libibverbs-dev                     # the ibverbs transport (RDMA READ); builds without a device
   prometheus-cpp-dev                 # the optional /metrics endpoint (weightsync/metrics.h): the exposition format
   libmicrohttpd-dev                  # ... and its HTTP server (src/metrics/http_server.h)
+  libsystemd-dev                     # weightsync-relay: sd_notify (its /livez and /readyz use libmicrohttpd too)
   prometheus curl                    # its test: a real Prometheus scrapes a publisher and a subscriber
   nlohmann-json3-dev                 # JSON (bench, eval) and MessagePack (the trajectory channel)
   libzmq3-dev cppzmq-dev             # ZeroMQ: the generator -> trainer trajectory channel

@@ -3,7 +3,10 @@
 //   ws_test_peer publish --size B --tensors N --slots S --versions V
 //                        [--forever] [--checksum] [--secret S] [--timeout-ms T]
 //                        [--slot-memory host|cuda] [--pause-us U] [--bind ADDR]
-//     --bind: PublisherOptions::bind_address (a non-loopback one needs a secret:
+//                        [--port P] [--first F]
+//     --port: a fixed port (default: a free one). --first: the first version
+//     published is F (then F+1, ...; default 1), for an upstream that takes
+//     over from another. --bind: PublisherOptions::bind_address (a non-loopback one needs a secret:
 //     --secret or WEIGHTSYNC_SECRET). Prints "ADDRESS host:port", publishes versions 1..V with the test
 //     pattern (writing in place into the slot), prints "PUBLISHED V", then
 //     serves until stdin closes. With --forever it keeps publishing new
@@ -62,6 +65,8 @@ int run_publisher(const Args& args) {
   options.checksum = args.has("--checksum");
   if (args.has("--secret")) options.secret = args.get("--secret", "");
   if (args.has("--bind")) options.bind_address = args.get("--bind", "");
+  options.port = static_cast<std::uint16_t>(std::atoi(args.get("--port", "0").c_str()));
+  const std::uint64_t first = std::strtoull(args.get("--first", "1").c_str(), nullptr, 10);
   options.io_timeout_ms = std::atoi(args.get("--timeout-ms", "5000").c_str());
   const bool cuda_slots = args.get("--slot-memory", "host") == "cuda";
   if (cuda_slots) options.slot_memory = weightsync::MemoryKind::kCuda;
@@ -79,7 +84,7 @@ int run_publisher(const Args& args) {
   // --forever: pause this long between versions (0: publish as fast as possible).
   const auto pause = std::chrono::microseconds(std::atoll(args.get("--pause-us", "0").c_str()));
   const bool step = args.has("--step");
-  for (std::uint64_t v = 1; forever || v <= versions; ++v) {
+  for (std::uint64_t v = first; forever || v < first + versions; ++v) {
     if (step) {
       char line[64];
       if (std::fgets(line, sizeof(line), stdin) == nullptr) return 0;
@@ -103,12 +108,12 @@ int run_publisher(const Args& args) {
       std::printf("ERROR %s\n", committed.status().to_string().c_str());
       return 1;
     }
-    if (step || (!forever && v == versions)) {
+    if (step || (!forever && v + 1 == first + versions)) {
       std::printf("PUBLISHED %llu\n", static_cast<unsigned long long>(v));
       std::fflush(stdout);
     }
-    if (forever && v == 1) {
-      std::printf("PUBLISHED 1\n");
+    if (forever && v == first) {
+      std::printf("PUBLISHED %llu\n", static_cast<unsigned long long>(v));
       std::fflush(stdout);
     }
     if (forever && stdin_closed()) break;

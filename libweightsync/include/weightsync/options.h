@@ -32,6 +32,12 @@
 //     WEIGHTSYNC_UCX_DIRECT          0: ucx subscribers read with ucp_get_nbx, not mapping the slots
 //     UCX_TLS                        UCX's own: the UCX transports it may use (default: all)
 //     WEIGHTSYNC_LOG_LEVEL           error | warn | info | debug | trace (default warn)
+//   Read by the weightsync-relay daemon (tools/relay; its flags win):
+//     WEIGHTSYNC_RELAY_UPSTREAMS     upstream HOST:PORT list, comma-separated, failover in order
+//     WEIGHTSYNC_RELAY_LISTEN        HOST:PORT its subscribers connect to (default: WEIGHTSYNC_BIND, a free port)
+//     WEIGHTSYNC_RELAY_HEALTH_ADDRESS  HTTP /livez and /readyz on HOST:PORT (default off; loopback host)
+//     WEIGHTSYNC_RELAY_METRICS_ADDRESS Prometheus /metrics on HOST:PORT (default off; loopback host)
+//     WEIGHTSYNC_RELAY_SLOTS         slots of its ring (default 3)
 //   A malformed value is a kInvalidConfig error naming the variable.
 // - An empty secret means "no secret": the publisher then refuses to bind to a
 //   non-loopback address, and a subscriber with a secret refuses a publisher

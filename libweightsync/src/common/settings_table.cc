@@ -63,6 +63,16 @@ constexpr std::array<SettingRow, kSettingCount> kTable{{
      "0: a tcp pull wakes on every arrival instead of once 1 MiB is queued (SO_RCVLOWAT)"},
     {SettingId::kLogLevel, "log_level", "WEIGHTSYNC_LOG_LEVEL", "warn", P::kEnum,
      "error, warn, info, debug, trace", S::kInformational, nullptr, "the library's log level"},
+    {SettingId::kRelayUpstreams, "relay_upstreams", "WEIGHTSYNC_RELAY_UPSTREAMS", "", P::kString, nullptr,
+     S::kInformational, "(none)", "weightsync-relay: upstream HOST:PORT list, failover in order (--upstream)"},
+    {SettingId::kRelayListen, "relay_listen", "WEIGHTSYNC_RELAY_LISTEN", "", P::kString, nullptr,
+     S::kInformational, "(WEIGHTSYNC_BIND, a free port)", "weightsync-relay: HOST:PORT its subscribers connect to (--listen)"},
+    {SettingId::kRelayHealthAddress, "relay_health_address", "WEIGHTSYNC_RELAY_HEALTH_ADDRESS", "", P::kString,
+     nullptr, S::kInformational, "(off)", "weightsync-relay: HTTP /livez and /readyz on HOST:PORT (--health-address)"},
+    {SettingId::kRelayMetricsAddress, "relay_metrics_address", "WEIGHTSYNC_RELAY_METRICS_ADDRESS", "",
+     P::kString, nullptr, S::kInformational, "(off)", "weightsync-relay: Prometheus /metrics on HOST:PORT (--metrics-address)"},
+    {SettingId::kRelaySlots, "relay_slots", "WEIGHTSYNC_RELAY_SLOTS", "3", P::kString, nullptr,
+     S::kInformational, nullptr, "weightsync-relay: slots of its ring (--slots)"},
 }};
 
 constexpr bool in_id_order() {

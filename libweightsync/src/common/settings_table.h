@@ -58,8 +58,14 @@ enum class SettingId : std::uint8_t {
   kUcxTls,
   kTcpRcvLowat,
   kLogLevel,
+  // Read by the weightsync-relay daemon (tools/relay), not by the library.
+  kRelayUpstreams,
+  kRelayListen,
+  kRelayHealthAddress,
+  kRelayMetricsAddress,
+  kRelaySlots,
 };
-inline constexpr std::size_t kSettingCount = static_cast<std::size_t>(SettingId::kLogLevel) + 1;
+inline constexpr std::size_t kSettingCount = static_cast<std::size_t>(SettingId::kRelaySlots) + 1;
 
 // How a row's text (option, variable or default) is read.
 enum class SettingParser : std::uint8_t {
