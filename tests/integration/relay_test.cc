@@ -361,7 +361,10 @@ TEST_CASE("relay: a slow leaf does not stall the relay (its lease is revoked, as
   Result<PullResult> slow = Status(ErrorCode::kInternal, "not run");
   std::thread reader([&] {
     PullOptions options;
-    options.on_progress = [&](std::uint64_t, std::uint64_t) {
+    // Hold the lease before any byte moves: once the transfer has begun, the
+    // kernel's socket buffers (tcp_rmem up to 32 MiB) can take the whole
+    // version, and a leaf that got it all before the overwrite rightly keeps it.
+    options.on_start = [&](std::uint64_t, bool) {
       started = true;
       while (hold) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     };
