@@ -55,7 +55,7 @@ stages=(
   "cuda-tests 60 tests.log"
   "conformance-device 90 tests.log"
   "figures 150 figures.log"
-  "rl-loop 120 rl.log"
+  "rl-loop 150 rl.log"
   "sanitizer 90 sanitizer.log"
 )
 if [ "$mode" = list ]; then
@@ -78,7 +78,7 @@ else
 fi
 mkdir -p "$out" "$work"
 rm -f "$out"/*.log "$out/summary.txt" "$out/gpu-check.json" "$work/stages.tsv" "$work/facts.env"
-rm -rf "$work"/bench-*.json "$work"/rl-*  # a rerun must not report the last run's figures
+rm -rf "$work"/bench-*.json "$work"/rl-* "$work"/step-* "$work"/trainer-step  # a rerun must not report the last run's figures
 export GPU_CHECK_MODE="$mode" GPU_CHECK_ROOT="$root" GPU_CHECK_WORK="$work" GPU_CHECK_PREFIX="$prefix"
 export GPU_CHECK_BUILD="$build" GPU_CHECK_RUN_BUILD="$run_build" GPU_CHECK_JOBS="$jobs" GPU_CHECK_DEBS="$debs"
 export GPU_CHECK_TORCH_PREFIX="$torch_prefix" GPU_CHECK_PYTHON="$python"
@@ -87,7 +87,7 @@ export GPU_CHECK_TORCH_PREFIX="$torch_prefix" GPU_CHECK_PYTHON="$python"
 # The libtorch targets first: their precompiled header and trainer_main.cc are
 # the build's critical path (docs/gpu.md, "Time budget").
 export GPU_CHECK_TARGETS="trainer generator zorplex-sft ws_loop_tests weightsync-info ws_integration_tests \
-ws_conformance ws_test_peer ws_test_relay weightsync-bench"
+ws_conformance ws_test_peer ws_test_relay weightsync-bench weightsync-relay"
 # Tests at a time in the full run (16 cores; one GPU shared); serial in the dry run.
 export GPU_CHECK_CTEST_JOBS=8
 [ "$mode" = dry-run ] && GPU_CHECK_CTEST_JOBS=1
@@ -397,10 +397,36 @@ stage_rl_loop() {
     "$t" --help | grep -q -- "--device" || { echo "rl-loop: $t has no --device"; rc=1; }
   done
   "$GPU_CHECK_ROOT/scripts/rl-run.sh" --help | grep -q -- "--device" || { echo "rl-loop: rl-run.sh has no --device"; rc=1; }
+  "$GPU_CHECK_PYTHON" "$GPU_CHECK_ROOT/scripts/trainer_step_figure.py" --help | grep -q -- "--device" ||
+    { echo "rl-loop: trainer_step_figure.py has no --device"; rc=1; }
   if dry; then
     (cd "$b" && ctest -R 'device cuda without a usable GPU' --output-on-failure) || rc=1
+    # The fourth figure's run, on the CPU with a tiny policy: the script, the
+    # trainer's --synthetic-groups and the relays work together, and the
+    # report reads their JSON as a measured figure.
+    "$b/rl/zorplex-sft" --out "$GPU_CHECK_WORK/rl-start" --d-model 32 --layers 1 --heads 2 --d-ff 64 \
+      --max-seq-len 384 --batch 4 --steps 2 >/dev/null || return 1
+    "$GPU_CHECK_PYTHON" "$GPU_CHECK_ROOT/scripts/trainer_step_figure.py" --build "$b" \
+      --start "$GPU_CHECK_WORK/rl-start" --out "$GPU_CHECK_WORK/trainer-step" --steps 4 --groups 2 \
+      --group-size 4 --pairs 1 --threads 1 --run-timeout 60 || rc=1
+    printf 'rl-loop\tpass\t1\t1\trl.log\t\n' >"$GPU_CHECK_WORK/step-probe.tsv"
+    "$GPU_CHECK_PYTHON" "$GPU_CHECK_ROOT/scripts/gpu_check_report.py" compose --mode full \
+      --stages "$GPU_CHECK_WORK/step-probe.tsv" --facts /dev/null \
+      --trainer-step "$GPU_CHECK_WORK/trainer-step/trainer-step.json" --out "$GPU_CHECK_WORK/step-probe.json" &&
+    "$GPU_CHECK_PYTHON" -c 'import json, sys
+f = json.load(open(sys.argv[1]))["figures"]["trainer_step"]
+assert f["status"] in ("pass", "fail") and f["value"] > 0, f
+print("rl-loop: the trainer-step JSON reads as measured: %.3f (on this CPU; judged on the GPU only)" % f["value"])' \
+      "$GPU_CHECK_WORK/step-probe.json" || { echo "rl-loop: the report could not read the trainer-step JSON"; rc=1; }
     return $rc
   fi
+  # The fourth figure first (a stage cut short loses the RL loops, not it):
+  # the trainer's step (synthetic groups, the default policy size) with 2
+  # relays pulling every version over tcp, against none.
+  "$b/rl/zorplex-sft" --out "$GPU_CHECK_WORK/step-start" --batch 4 --steps 2 >/dev/null || return 1
+  "$GPU_CHECK_PYTHON" "$GPU_CHECK_ROOT/scripts/trainer_step_figure.py" --build "$b" --device cuda \
+    --start "$GPU_CHECK_WORK/step-start" --out "$GPU_CHECK_WORK/trainer-step" --steps 16 --groups 8 \
+    --group-size 8 --pairs 2 --readers 2 --transport tcp --run-timeout 60 || rc=1
   "$b/rl/zorplex-sft" --out "$GPU_CHECK_WORK/rl-start" --d-model 32 --layers 1 --heads 2 --d-ff 64 \
     --max-seq-len 384 --batch 4 --steps 2 --log-every 1 || return 1
   for m in sync async; do
@@ -453,6 +479,8 @@ compose=("$python" "$root/scripts/gpu_check_report.py" compose --mode "$mode" --
 [ -f "$work/bench-gpu.json" ] && [ "$mode" = full ] && compose+=(--bench-gpu "$work/bench-gpu.json")
 [ -f "$work/bench-gpu.json" ] && [ "$mode" = full ] && compose+=(--bench-compute "$work/bench-gpu.json")
 for m in sync async; do [ -d "$work/rl-$m" ] && [ "$mode" = full ] && compose+=(--rl-dir "$work/rl-$m"); done
+[ -f "$work/trainer-step/trainer-step.json" ] && [ "$mode" = full ] &&
+  compose+=(--trainer-step "$work/trainer-step/trainer-step.json")
 touch "$work/facts.env"
 "${compose[@]}" || echo "gpu-check: composing the JSON failed"
 

@@ -6,7 +6,7 @@ there, not on the GPU machine). Standard library only: it runs under
 Debian's /usr/bin/python3 and under the GPU machine's python3 alike.
 
   compose  --mode full|dry-run --stages TSV --facts FILE [--bench-gpu JSON]
-           [--bench-compute JSON] [--rl-dir DIR ...] --out JSON
+           [--bench-compute JSON] [--trainer-step JSON] [--rl-dir DIR ...] --out JSON
   validate JSON [--out-dir DIR]     exit 1, naming each problem
   stages                            the stage names, in order, one a line
 
@@ -36,9 +36,9 @@ FIGURES = {
     "staged_pull": (">=", 0.8, "staged pull into cudaMalloc memory / min(that transport's host pull, pinned H2D); "
                                "the lowest over the transports"),
     "cuda_ipc": (">=", 0.8, "cuda_ipc pull from device slots / D2D cudaMemcpy"),
-    "trainer_step": ("<=", 1.05, "the publisher's step (compute loop) with 2 readers pulling every version / "
-                                 "with none (weightsync-bench --readers 2 --compute-rounds); the largest over "
-                                 "the transports"),
+    "trainer_step": ("<=", 1.05, "the trainer's step (train + publish, --synthetic-groups) with 2 readers "
+                                 "pulling every version over tcp / the same step with none, medians of runs in "
+                                 "ABBA order (scripts/trainer_step_figure.py)"),
 }
 FIGURE_STATUS = {"pass", "fail", "not-measured", "dry-run"}
 MIN_GPU_ROW_BYTES = 64 << 20
@@ -107,24 +107,36 @@ def gpu_figures(path):
     return out
 
 
-def compute_figure(path):
-    name = "trainer_step"
-    if not path:
-        return figure(name, "not-measured", why="no bench JSON for the compute loop")
-    bench, err = load_json(path)
+def bench_compute_rows(path):
+    """The bench's compute-loop slowdowns with 2 readers (information beside trainer_step)."""
+    bench, _ = load_json(path) if path else (None, None)
     if not isinstance(bench, dict) or not isinstance(bench.get("records"), list):
-        return figure(name, "not-measured", why=err or f"{path}: no records")
-    detail = []
-    for r in bench["records"]:
-        if isinstance(r, dict) and r.get("readers") == 2:
-            s = r.get("compute_slowdown")
-            detail.append({"transport": r.get("transport"), "detail": r.get("detail"),
-                           "size_bytes": r.get("size_bytes"), "compute_slowdown": s,
-                           "step_ratio": 1.0 + s if finite(s) else None})
-    ratios = [d["step_ratio"] for d in detail if finite(d["step_ratio"])]
-    if not ratios:
-        return figure(name, "not-measured", why="no 2-reader row with a compute slowdown", detail=detail)
-    return judged(name, max(ratios), detail)
+        return []
+    return [{"transport": r.get("transport"), "detail": r.get("detail"), "size_bytes": r.get("size_bytes"),
+             "compute_slowdown": r.get("compute_slowdown")}
+            for r in bench["records"] if isinstance(r, dict) and r.get("readers") == 2]
+
+
+def step_figure(step_path, bench_path=None):
+    name = "trainer_step"
+    if not step_path:
+        return figure(name, "not-measured", why="no trainer-step JSON (the rl-loop stage did not write one)")
+    step, err = load_json(step_path)
+    if not isinstance(step, dict):
+        return figure(name, "not-measured", why=err or f"{step_path}: not a JSON object")
+    runs = step.get("runs") if isinstance(step.get("runs"), list) else []
+    detail = {k: step.get(k) for k in ("alone_seconds", "readers_seconds", "readers", "transport", "device",
+                                        "groups", "group_size", "steps", "pairs")}
+    detail["runs"] = [{k: r.get(k) for k in ("arm", "median_seconds", "steps_measured", "versions_published",
+                                             "relays_forwarded", "error")}
+                      for r in runs if isinstance(r, dict)]
+    detail["bench_compute_loop"] = bench_compute_rows(bench_path)
+    errors = [r["error"] for r in detail["runs"] if r.get("error")]
+    ratio = step.get("ratio")
+    if errors or not finite(ratio):
+        return figure(name, "not-measured", why=(errors[0] if errors else "no ratio (a run has no median)"),
+                      detail=detail)
+    return judged(name, ratio, detail)
 
 
 def rl_summary(dirs):
@@ -208,7 +220,7 @@ def compose(args):
         figures = {n: figure(n, "dry-run", why="dry run: no GPU") for n in FIGURES}
     else:
         figures = gpu_figures(opts.get("--bench-gpu"))
-        figures["trainer_step"] = compute_figure(opts.get("--bench-compute"))
+        figures["trainer_step"] = step_figure(opts.get("--trainer-step"), opts.get("--bench-compute"))
     report = {"mode": mode, "facts": read_facts(opts.get("--facts", "")),
               "stages": read_stages(opts["--stages"]), "figures": figures,
               "rl_runs": rl_summary(opts["--rl-dir"])}

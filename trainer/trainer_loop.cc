@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "algorithms/dynamic_filter.h"
@@ -52,6 +53,10 @@ TrainerLoop::TrainerLoop(TrainerOptions options, policy::Transformer model, poli
       sampling_(options_.expected_temperature) {
   options_.batcher.max_seq_len = buffer_.max_seq_len();
   for (const auto& [environment, fraction] : options_.batcher.fractions) buffer_.declare(environment);
+  if (options_.synthetic.groups > 0) {
+    synthetic_ = std::make_unique<SyntheticGroups>(options_.synthetic, model_.config().vocab_size,
+                                                   model_.config().max_seq_len);
+  }
 }
 
 TrainerLoop::~TrainerLoop() = default;
@@ -397,13 +402,39 @@ zorplex::Result<std::vector<algorithms::TrajectoryGroup>> TrainerLoop::collect_b
 
 namespace trainer {
 
+zorplex::Result<bool> TrainerLoop::wait_for_readers(const std::atomic<bool>& stop) {
+  const std::uint64_t want = static_cast<std::uint64_t>(options_.synthetic.wait_readers);
+  const double start = steady_seconds();
+  std::printf("trainer: waiting for %llu readers to pull version %llu\n", static_cast<unsigned long long>(want),
+              static_cast<unsigned long long>(version_));
+  std::fflush(stdout);
+  while (!stop.load()) {
+    const std::uint64_t granted = weights_publisher().stats().leases_granted;
+    if (granted >= want) return true;
+    if (steady_seconds() - start > options_.idle_timeout_s) {
+      return zorplex::Error{"only " + std::to_string(granted) + " of " + std::to_string(want) +
+                            " readers pulled version " + std::to_string(version_) + " within " +
+                            std::to_string(static_cast<int>(options_.idle_timeout_s)) +
+                            " s (--synthetic-wait-readers): are they pointed at " + weights_address_ + "?"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) {
   TrainerSummary summary;
+  if (synthetic_ && options_.synthetic.wait_readers > 0) {
+    auto readers = wait_for_readers(stop);
+    if (!readers) return readers.error();
+  }
   const double run_start = steady_seconds();
   while (step_ < options_.steps && !stop.load()) {
     const double step_start = steady_seconds();
     const double wait_start = loop::wall_clock_seconds();
-    auto collected = options_.sync                       ? collect_round(stop)
+    using Groups = zorplex::Result<std::vector<algorithms::TrajectoryGroup>>;
+    auto collected = synthetic_                           ? Groups(synthetic_->next(version_))
+                     : options_.sync                      ? collect_round(stop)
                      : options_.batcher.token_budget > 0 ? collect_budget(stop)
                                                          : collect_batch(stop);
     if (!collected) {
@@ -420,7 +451,10 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
     // generators filtered before sending them (algorithms/dynamic_filter.h).
     const std::uint64_t filtered = buffer_.counters().trajectories_filtered_at_source - filtered_before_;
     const std::uint64_t filtered_groups = buffer_.counters().groups_filtered_at_source - filtered_groups_before_;
-    const std::uint64_t sampled = buffer_.counters().trajectories_consumed - consumed_before_ + filtered;
+    std::uint64_t sampled = buffer_.counters().trajectories_consumed - consumed_before_ + filtered;
+    if (synthetic_) {  // made up here, never in the buffer
+      for (const algorithms::TrajectoryGroup& g : groups) sampled += g.trajectories.size();
+    }
     consumed_before_ = buffer_.counters().trajectories_consumed;
     filtered_before_ = buffer_.counters().trajectories_filtered_at_source;
     filtered_groups_before_ = buffer_.counters().groups_filtered_at_source;
@@ -582,7 +616,8 @@ zorplex::Result<TrainerSummary> TrainerLoop::run(const std::atomic<bool>& stop) 
   summary.version = version_;
   summary.trajectories_trained = trajectories_trained_;
   summary.trajectories_filtered = buffer_.counters().trajectories_filtered_at_source;
-  summary.trajectories_sampled = buffer_.counters().trajectories_consumed + summary.trajectories_filtered;
+  summary.trajectories_sampled = synthetic_ ? trajectories_trained_
+                                            : buffer_.counters().trajectories_consumed + summary.trajectories_filtered;
   summary.trajectories_received = buffer_.counters().trajectories_received;
   summary.wall_seconds = steady_seconds() - run_start;
   summary.stopped = stop.load();

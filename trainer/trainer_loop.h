@@ -82,6 +82,12 @@
 //   default rule: the matrices in 128x128 e4m3 blocks with their
 //   "_scale_inv" scales, embeddings and 1-D tensors in bfloat16); generators
 //   dequantize it into their float32 parameters.
+// - Synthetic groups (options.synthetic.groups > 0, --synthetic-groups):
+//   each step trains on groups made up on the trainer (synthetic_groups.h)
+//   instead of the generators' groups, with no wait: the step's compute and
+//   publish alone, to time them against the same step while generators pull
+//   every version (scripts/gpu-check.sh). Every other part of the step is
+//   as above; the groups bypass the replay buffer.
 // - Checkpoints (loop/rl_checkpoint.h) every checkpoint_every steps, at the
 //   end and when stopped; resume() continues from one.
 // - Errors: no trajectory for idle_timeout_s, a failed update or publish,
@@ -108,6 +114,7 @@
 #include "loop/rl_checkpoint.h"
 #include "loop/run_log.h"
 #include "policy/transformer.h"
+#include "trainer/synthetic_groups.h"
 #include "training/rl_update.h"
 #include "weightsync/layout.h"
 #include "weightsync/options.h"
@@ -167,6 +174,8 @@ struct TrainerOptions {
   std::string secret;
   std::string address_file;  // "" : none
   std::string options_json;  // the command line's settings, stored in checkpoints
+  // groups > 0: train on made-up groups, no generators (see the contract).
+  SyntheticGroupOptions synthetic;
 };
 
 struct TrainerSummary {
@@ -204,6 +213,9 @@ class TrainerLoop {
   weightsync::Publisher& weights_publisher();
 
  private:
+  // Synthetic groups: waits until options_.synthetic.wait_readers leases
+  // were granted (Error after idle_timeout_s).
+  zorplex::Result<bool> wait_for_readers(const std::atomic<bool>& stop);
   zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_round(const std::atomic<bool>& stop);
   zorplex::Result<std::vector<algorithms::TrajectoryGroup>> collect_batch(const std::atomic<bool>& stop);
   // The token-budget batcher (budget_batch.cc): async, waits for a full
@@ -255,6 +267,7 @@ class TrainerLoop {
   std::unique_ptr<weightsync::Fp8Publisher> fp8_;              // or fp8 e4m3 blocks + scales
   std::optional<PendingPublish> pending_publish_;
   std::unique_ptr<channel::GroupReceiver> receiver_;
+  std::unique_ptr<SyntheticGroups> synthetic_;  // set when options_.synthetic.groups > 0
   std::unique_ptr<loop::JsonlFile> metrics_;
   std::unique_ptr<loop::JsonlFile> timeline_file_;
   loop::Timeline timeline_{nullptr, "trainer"};

@@ -211,6 +211,18 @@ int main(int argc, char** argv) try {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   std::string metrics_address;
   app.add_option("--metrics-address", metrics_address, weightsync::tools::kMetricsAddressHelp);
+  app.add_option("--synthetic-groups", options.synthetic.groups,
+                 "Train on N made-up groups per step (random tokens, rewards 1/0), no generators: times the "
+                 "step and publish alone, e.g. against the same run with readers pulling every version "
+                 "(scripts/gpu-check.sh). 0: off")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--synthetic-group-size", options.synthetic.group_size,
+                 "--synthetic-groups: trajectories per group (each 64 prompt + 96 generated tokens)")
+      ->check(CLI::Range(2, 4096));
+  app.add_option("--synthetic-wait-readers", options.synthetic.wait_readers,
+                 "--synthetic-groups: before the first step, wait (up to --idle-timeout) until N readers have "
+                 "pulled the starting version")
+      ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   auto device = loop::select_device(device_name);
   if (!device) return fail(device.error().message);
@@ -287,6 +299,11 @@ int main(int argc, char** argv) try {
   settings["token_budget"] = options.batcher.token_budget;
   settings["env_fractions"] = batcher.env_fractions;
   settings["spill_wait"] = options.batcher.spill_wait_s;
+  if (options.synthetic.groups > 0) {
+    options.synthetic.temperature = options.expected_temperature.value_or(1.0);
+    settings["synthetic_groups"] = options.synthetic.groups;
+    settings["synthetic_group_size"] = options.synthetic.group_size;
+  }
   settings["device"] = device_name;
   settings["wire_dtype"] = wire_dtype;
   options.options_json = settings.dump();

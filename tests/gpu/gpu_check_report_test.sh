@@ -2,7 +2,8 @@
 # ctest helper: the GPU check's report (scripts/gpu_check_report.py) and its
 # stage list. Checks: scripts/gpu-check.sh runs exactly the stages the report
 # expects, in order; a dry-run report and a full one composed from bench JSON
-# (GPU rows and a 2-reader compute-loop run, written below) validate, with
+# (GPU rows, a 2-reader compute-loop run and a trainer-step run, written
+# below) validate, with
 # each figure judged against its limit from the right rows; and the validator
 # refuses a missing or renamed stage, a misspelt status, a figure whose limit
 # or verdict is wrong or that is missing, a dry-run figure in a full run, and
@@ -51,13 +52,20 @@ cat >"$work/bench-compute.json" <<'EOF'
   {"transport": "tcp", "detail": "", "size_bytes": 67108864, "readers": 2, "compute_slowdown": 0.03},
   {"transport": "tcp", "detail": "", "size_bytes": 67108864, "readers": 1, "compute_slowdown": 0.5}]}
 EOF
+# The trainer's step alone and with 2 relays pulling (scripts/trainer_step_figure.py's JSON).
+cat >"$work/trainer-step.json" <<'EOF'
+{"ratio": 1.03, "alone_seconds": 0.100, "readers_seconds": 0.103, "readers": 2, "transport": "tcp",
+ "device": "cuda", "groups": 8, "group_size": 8, "steps": 16, "pairs": 1,
+ "runs": [{"arm": "A", "median_seconds": 0.100, "steps_measured": 15, "versions_published": 17, "relays_forwarded": []},
+          {"arm": "B", "median_seconds": 0.103, "steps_measured": 15, "versions_published": 17, "relays_forwarded": [17, 17]}]}
+EOF
 mkdir -p "$work/rl-async"
 printf '%s\n' '{"event":"publish","version":1,"device":"cuda"}' \
   '{"event":"step","step":1,"train_seconds":0.2,"step_seconds":0.5,"publish_seconds":0.01}' \
   '{"event":"step","step":2,"train_seconds":0.4,"step_seconds":0.7,"publish_seconds":0.01}' >"$work/rl-async/trainer.jsonl"
 "$python" "$report" compose --mode full --stages "$work/full.tsv" --facts "$work/facts.env" \
-  --bench-gpu "$work/bench-gpu.json" --bench-compute "$work/bench-compute.json" --rl-dir "$work/rl-async" \
-  --out "$work/out/gpu-check.json"
+  --bench-gpu "$work/bench-gpu.json" --bench-compute "$work/bench-compute.json" \
+  --trainer-step "$work/trainer-step.json" --rl-dir "$work/rl-async" --out "$work/out/gpu-check.json"
 "$python" "$report" validate "$work/out/gpu-check.json" --out-dir "$work/out" || fail "the full report does not validate"
 cp "$work/out/gpu-check.json" "$work/full.json"
 "$python" - "$work/full.json" <<'EOF' || fail "the full report's figures are not what the rows say"
@@ -70,6 +78,9 @@ for name, (status, value) in want.items():
     got = f[name]
     assert got["status"] == status and abs(got["value"] - value) < 1e-9, (name, got)
 assert len(f["staged_pull"]["detail"]) == 2, f["staged_pull"]  # the 1 MiB row is left out
+# The bench's compute loop rides along as information: its 2-reader rows only.
+assert [d["compute_slowdown"] for d in f["trainer_step"]["detail"]["bench_compute_loop"]] == [0.01, 0.03], f
+assert f["trainer_step"]["detail"]["runs"][1]["relays_forwarded"] == [17, 17], f
 assert r["steps"] == 2 and abs(r["train_seconds_median"] - 0.3) < 1e-9 and r["publish_devices"] == ["cuda"], r
 EOF
 
@@ -79,6 +90,24 @@ echo '{"gpu": {"measured": false, "not_measured": "no CUDA driver", "records": [
   --bench-gpu "$work/none.json" --out "$work/none-report.json"
 "$python" "$report" validate "$work/none-report.json" >/dev/null || fail "a not-measured report does not validate"
 grep -q '"why": "no CUDA driver"' "$work/none-report.json" || fail "the not-measured reason is lost"
+
+# A trainer-step run that failed: not measured, with the run's error; no JSON at all: the reason.
+"$python" - "$work/trainer-step.json" "$work/step-failed.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["runs"][1]["error"] = "timed out: the relays never connected"
+json.dump(r, open(sys.argv[2], "w"))
+EOF
+for input in step-failed none; do
+  args=()
+  [ "$input" = step-failed ] && args=(--trainer-step "$work/step-failed.json")
+  "$python" "$report" compose --mode full --stages "$work/full.tsv" --facts "$work/facts.env" \
+    --bench-gpu "$work/bench-gpu.json" "${args[@]}" --out "$work/$input-step.json"
+  "$python" "$report" validate "$work/$input-step.json" >/dev/null || fail "$input: the report does not validate"
+done
+grep -q '"why": "timed out: the relays never connected"' "$work/step-failed-step.json" ||
+  fail "a failed trainer-step run is not reported as not measured with its error"
+grep -q '"why": "no trainer-step JSON' "$work/none-step.json" || fail "a missing trainer-step JSON has no reason"
 
 # Rows present but not measured (the bench without a device): each row's reason.
 echo '{"gpu": {"measured": false, "records": [{"gpu_mode": "cuda_ipc", "size_bytes": 67108864, "gbps_median": null, "ratio_to_limit": null, "not_measured": "no device here"}]}}' >"$work/rows.json"
