@@ -12,6 +12,7 @@
 
 #include "errors.h"
 #include "locked_call.h"
+#include "publisher_core.h"
 #include "weightsync/publisher.h"
 
 namespace py = pybind11;
@@ -19,23 +20,8 @@ using weightsync::ErrorCode;
 using weightsync::Status;
 
 namespace wspy {
-namespace {
 
-struct WriterCore;
-
-// Lock order: the GIL is never acquired while `mutex` is held, so waiting
-// for `mutex` with the GIL released (locked() below) cannot deadlock.
-struct PublisherCore {
-  std::mutex mutex;
-  std::unique_ptr<weightsync::Publisher> pub;
-  std::set<WriterCore*> writers;
-};
-
-template <typename F>
-auto locked(PublisherCore& c, F&& f) {
-  return locked_call(c.mutex, c.pub, "Publisher", std::forward<F>(f));
-}
-
+// A slot writer handed to Python; keeps its publisher's core alive.
 struct WriterCore {
   std::shared_ptr<PublisherCore> owner;
   std::optional<weightsync::SlotWriter> writer;
@@ -68,6 +54,20 @@ struct WriterCore {
   }
 };
 
+void PublisherCore::close_locked() {
+  for (WriterCore* w : writers) w->writer.reset();
+  writers.clear();
+  pub = nullptr;
+  owned.reset();  // a plain publisher: stops serving and joins its threads
+}
+
+namespace {
+
+template <typename F>
+auto locked(PublisherCore& c, F&& f) {
+  return locked_call(c.mutex, c.pub, "Publisher", std::forward<F>(f));
+}
+
 using Source = std::tuple<std::string, std::uintptr_t, std::size_t>;
 
 std::vector<weightsync::TensorSource> sources_of(const std::vector<Source>& in) {
@@ -77,15 +77,15 @@ std::vector<weightsync::TensorSource> sources_of(const std::vector<Source>& in) 
   return out;
 }
 
-weightsync::PublisherOptions options_from(std::optional<std::string> bind, std::uint16_t port,
-                                          std::optional<std::string> secret, std::size_t slots,
-                                          std::optional<bool> checksum, bool skip_when_full,
-                                          std::optional<int> io_timeout_ms, std::optional<int> lease_timeout_ms,
-                                          std::optional<int> idle_timeout_ms, std::size_t max_connections,
-                                          std::optional<std::string> slot_allocator, bool lock_memory,
-                                          const std::string& slot_memory, std::optional<bool> deltas,
-                                          std::optional<bool> integrity, std::optional<bool> encryption,
-                                          std::optional<std::string> signing_key) {
+}  // namespace
+
+weightsync::PublisherOptions publisher_options_from(
+    std::optional<std::string> bind, std::uint16_t port, std::optional<std::string> secret, std::size_t slots,
+    std::optional<bool> checksum, bool skip_when_full, std::optional<int> io_timeout_ms,
+    std::optional<int> lease_timeout_ms, std::optional<int> idle_timeout_ms, std::size_t max_connections,
+    std::optional<std::string> slot_allocator, bool lock_memory, const std::string& slot_memory,
+    std::optional<bool> deltas, std::optional<bool> integrity, std::optional<bool> encryption,
+    std::optional<std::string> signing_key) {
   weightsync::PublisherOptions o;
   o.signing_key = std::move(signing_key);
   o.deltas = deltas;
@@ -110,6 +110,8 @@ weightsync::PublisherOptions options_from(std::optional<std::string> bind, std::
   }
   return o;
 }
+
+namespace {
 
 py::dict stats_dict(const weightsync::PublisherStats& s) {
   py::dict d;
@@ -185,7 +187,7 @@ void bind_publisher(py::module_& m) {
                        std::optional<std::string> slot_allocator, bool lock_memory, const std::string& slot_memory,
                        std::optional<bool> deltas, std::optional<bool> integrity, std::optional<bool> encryption,
                        std::optional<std::string> signing_key) {
-             auto options = options_from(std::move(bind), port, std::move(secret), slots, checksum, skip_when_full,
+             auto options = publisher_options_from(std::move(bind), port, std::move(secret), slots, checksum, skip_when_full,
                                          io_timeout_ms, lease_timeout_ms, idle_timeout_ms, max_connections,
                                          std::move(slot_allocator), lock_memory, slot_memory, deltas, integrity,
                                          encryption, std::move(signing_key));
@@ -196,7 +198,8 @@ void bind_publisher(py::module_& m) {
                py::gil_scoped_release release;
                created = weightsync::Publisher::create(layout, std::move(options));
              }
-             core->pub = unwrap(std::move(created));
+             core->owned = unwrap(std::move(created));
+             core->pub = core->owned.get();
              return core;
            }),
            py::arg("layout"), py::arg("bind") = py::none(), py::arg("port") = 0, py::arg("secret") = py::none(),
@@ -279,9 +282,7 @@ void bind_publisher(py::module_& m) {
       .def("close", [](PublisherCore& c) {
         py::gil_scoped_release release;
         std::lock_guard<std::mutex> lock(c.mutex);
-        for (WriterCore* w : c.writers) w->writer.reset();
-        c.writers.clear();
-        c.pub.reset();  // stops serving and joins its threads, GIL released
+        c.close_locked();  // a plain publisher stops serving and joins its threads, GIL released
       });
 }
 

@@ -163,8 +163,10 @@ void bind_subscriber(py::module_& m) {
                        std::optional<std::string> transport, std::optional<int> connect_timeout_ms,
                        std::optional<int> io_timeout_ms, bool verify_checksum, int max_retries,
                        const std::string& client_name, bool accept_streaming, std::optional<bool> integrity,
-                       std::optional<bool> encryption, std::optional<std::string> trusted_key) {
+                       std::optional<bool> encryption, std::optional<std::string> trusted_key,
+                       const std::string& adapter) {
              weightsync::SubscriberOptions o;
+             o.adapter = adapter;
              o.trusted_key = std::move(trusted_key);
              o.integrity = integrity;
              o.encryption = encryption;
@@ -190,7 +192,7 @@ void bind_subscriber(py::module_& m) {
            py::arg("connect_timeout_ms") = py::none(), py::arg("io_timeout_ms") = py::none(),
            py::arg("verify_checksum") = true, py::arg("max_retries") = 16, py::arg("client_name") = "python",
            py::arg("accept_streaming") = false, py::arg("integrity") = py::none(),
-           py::arg("encryption") = py::none(), py::arg("trusted_key") = py::none())
+           py::arg("encryption") = py::none(), py::arg("trusted_key") = py::none(), py::arg("adapter") = "")
       .def_property_readonly("layout", [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.layout(); }); })
       .def_property_readonly("transport",
                              [](SubscriberCore& c) { return locked(c, [](auto& s) { return s.transport(); }); })

@@ -4,6 +4,7 @@
 // libtorch: tensors arrive as (name, address, nbytes).
 #include <pybind11/pybind11.h>
 
+#include "bind_adapters.h"
 #include "bind_info.h"
 #include "bind_layout.h"
 #include "bind_publisher.h"
@@ -19,6 +20,7 @@ PYBIND11_MODULE(_weightsync, m) {
   wspy::bind_log_bridge(m);
   wspy::bind_layout(m);
   wspy::bind_publisher(m);
+  wspy::bind_adapters(m);  // after bind_publisher: hands out _Publisher objects
   wspy::bind_subscriber(m);
   wspy::bind_staged(m);  // after bind_subscriber: InstallResult.pull is a PullResult
 }

@@ -18,6 +18,12 @@ Engine::
     binding = sub.bind(model)            # the model's own parameters, zero copy
     sub.pull(binding, wait=30)           # the newest version, or None
 
+LoRA adapters, each its own version stream, on one address::
+
+    ap = weightsync.AdapterPublisher(bind="0.0.0.0", secret=secret)
+    ap.add_adapter("math", adapter_state_dict).publish(adapter_state_dict, version=step)
+    sub = weightsync.Subscriber(ap.address, secret=secret, adapter="math")
+
 Engine that never stops generating (a background pull, installed between steps)::
 
     adapter = weightsync.EngineAdapter(address, model, staged="copy", secret=secret)
@@ -32,6 +38,7 @@ from . import _weightsync, errors
 from ._logbridge import flush as flush_logs
 from ._logbridge import start as _start_log_bridge
 from ._weightsync import cuda_info, log_level, set_log_level, settings, transports, version
+from .adapters import AdapterPublisher
 from .engine import EngineAdapter
 from .errors import (AuthFailed, Busy, CallError, Cancelled, ChecksumMismatch, ConfigurationError,
                      ConnectionLost, InternalError, InvalidArgument, InvalidConfig, NotReady,
@@ -46,6 +53,7 @@ __version__ = _weightsync.version()
 
 __all__ = [
     "Layout", "TensorInfo", "Publisher", "PublishResult", "Slot", "Subscriber", "Binding", "PullResult",
+    "AdapterPublisher",
     "StagedUpdates", "InstallResult", "StagedInstall", "EngineAdapter",
     "errors", "WeightsyncError", "RetryError", "ReconnectError", "ConfigurationError",
     "CallError", "Timeout", "NotReady", "VersionRevoked", "ChecksumMismatch", "Busy", "ConnectionLost",

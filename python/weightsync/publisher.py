@@ -105,6 +105,14 @@ class Publisher:
             lock_memory=lock_memory, slot_memory=slot_memory, deltas=deltas, integrity=integrity,
             encryption=encryption, signing_key=signing_key)
 
+    @classmethod
+    def _from_core(cls, core: "_weightsync._Publisher", layout: Layout) -> "Publisher":
+        """A Publisher over a core made elsewhere (an AdapterPublisher's adapter or base model)."""
+        pub = cls.__new__(cls)
+        pub._layout = layout
+        pub._core = core
+        return pub
+
     @property
     def layout(self) -> Layout:
         return self._layout

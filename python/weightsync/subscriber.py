@@ -225,7 +225,9 @@ class Subscriber:
     must match the publisher's (docs/security.md). ``trusted_key``: the path
     of the trainer's Ed25519 public key (PEM); every whole pull is then
     accepted only with the trainer's signature and bytes that match it
-    (docs/security.md, "Versions the trainer signs"). Timeouts are in milliseconds; None
+    (docs/security.md, "Versions the trainer signs"). ``adapter``: the LoRA
+    adapter to pull from an :class:`AdapterPublisher` (its own layout and
+    versions); None pulls its base model. Timeouts are in milliseconds; None
     takes the WEIGHTSYNC_* environment variable or the default.
 
     Thread-safety: one call runs at a time (others wait); :meth:`cancel` may
@@ -239,13 +241,13 @@ class Subscriber:
                  io_timeout_ms: Optional[int] = None, verify_checksum: bool = True,
                  max_retries: int = 16, name: str = "python", accept_streaming: bool = False,
                  integrity: Optional[bool] = None, encryption: Optional[bool] = None,
-                 trusted_key: Optional[str] = None):
+                 trusted_key: Optional[str] = None, adapter: Optional[str] = None):
         addresses = [address] if isinstance(address, str) else list(address)
         self._core = _weightsync._Subscriber(
             addresses, secret=secret, transport=transport, connect_timeout_ms=connect_timeout_ms,
             io_timeout_ms=io_timeout_ms, verify_checksum=verify_checksum, max_retries=max_retries,
             client_name=name, accept_streaming=accept_streaming, integrity=integrity,
-            encryption=encryption, trusted_key=trusted_key)
+            encryption=encryption, trusted_key=trusted_key, adapter=adapter or "")
         self._layout = Layout._from_core(self._core.layout)
         self._last_binding: Optional[Binding] = None
 
