@@ -484,9 +484,17 @@ TEST_CASE("staged pulls under torn-read stress deliver only whole versions", "[s
   // A staged read of 1 MiB takes 16 windows; a publisher rewriting its two
   // slots flat out would revoke every one of them (correctly, but the test
   // would starve). Every 2 ms a new version: some reads tear, all must retry.
+  // Sanitizer builds read 15-50x slower (tcp under TSan: 53 s at 2 ms, most
+  // attempts torn), so there the publisher pauses 6 ms: about as many reads
+  // tear as at 2 ms without (40-80 of 200 pulls retried, in about 3 s).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const char* const pause_us = "6000";
+#else
+  const char* const pause_us = "2000";
+#endif
   ScopedHostStaging host_device(std::chrono::microseconds(50));
   auto peer = start_conformance_peer({"--size", std::to_string(1 << 20), "--tensors", "4", "--slots", "2",
-                                      "--forever", "--pause-us", "2000"});
+                                      "--forever", "--pause-us", pause_us});
   REQUIRE(peer.process.wait_for("PUBLISHED 1", std::chrono::seconds(10)));
   auto options = options_for_transport();
   options.max_retries = 100000;
